@@ -1,0 +1,157 @@
+"""The repair chain: the contract every repair implements, and the streaming loop that runs it.
+
+Only JSON `data:` events reach repairs. Comments, `event:`-typed events and data that is not a
+JSON object pass through byte for byte. `[DONE]` belongs to the pipeline and goes out once, and
+only when the upstream ended cleanly: a truncated answer must not look complete.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+import orjson
+
+from proxy.sse import DONE, SSEDecoder, SSEEvent, encode
+
+logger = logging.getLogger(__name__)
+
+Chunk = dict[str, Any]
+
+
+class Repair:
+    """One independent fix. A fresh instance per exchange; override only the hooks you need."""
+
+    def on_request(self, body: dict[str, Any]) -> bool:
+        """Edit the request body in place; return True when it changed."""
+        return False
+
+    def on_chunk(self, chunk: Chunk) -> list[Chunk] | None:
+        """The hot path: synchronous, no I/O. None means "untouched" (the original bytes go
+        out); a list replaces the chunk (empty drops it, several split it)."""
+        return None
+
+    async def on_end(self) -> list[Chunk]:
+        """The upstream stream ended cleanly: chunks to send before `[DONE]`."""
+        return []
+
+    def on_response(self, body: dict[str, Any]) -> bool:
+        """Edit a non-streamed completion in place; return True when it changed."""
+        return False
+
+
+class RepairChain:
+    def __init__(self, repairs: Sequence[Repair], *, strict: bool = False) -> None:
+        self.repairs = list(repairs)
+        self.strict = strict
+
+    def on_request(self, body: dict[str, Any]) -> bool:
+        changed = False
+        for repair in self.repairs:
+            changed |= bool(self._guard(repair, repair.on_request, body, default=False))
+        return changed
+
+    def on_response(self, body: dict[str, Any]) -> bool:
+        changed = False
+        for repair in self.repairs:
+            changed |= bool(self._guard(repair, repair.on_response, body, default=False))
+        return changed
+
+    def on_chunk(
+        self, chunk: Chunk, raw: bytes | None, start: int = 0
+    ) -> list[tuple[Chunk, bytes | None]]:
+        """Run `chunk` through repairs[start:]; pairs keep the raw bytes while nothing changed."""
+        items = [(chunk, raw)]
+        for repair in self.repairs[start:]:
+            next_items: list[tuple[Chunk, bytes | None]] = []
+            for item, item_raw in items:
+                result = self._guard(repair, repair.on_chunk, item, default=None)
+                if result is None:
+                    next_items.append((item, item_raw))
+                else:
+                    next_items.extend((out, None) for out in result)
+            items = next_items
+        return items
+
+    async def on_end(self) -> list[tuple[Chunk, bytes | None]]:
+        """Each repair's closing chunks still flow through the repairs after it."""
+        out: list[tuple[Chunk, bytes | None]] = []
+        for position, repair in enumerate(self.repairs):
+            try:
+                closing = await repair.on_end()
+            except Exception:
+                if self.strict:
+                    raise
+                logger.exception("repair %s failed at stream end", type(repair).__name__)
+                continue
+            for chunk in closing:
+                out.extend(self.on_chunk(chunk, None, position + 1))
+        return out
+
+    def _guard(self, repair: Repair, hook: Any, arg: Any, *, default: Any) -> Any:
+        # A repair that raises must not take the stream down: its input passes on unrepaired.
+        try:
+            return hook(arg)
+        except Exception:
+            if self.strict:
+                raise
+            logger.exception("repair %s failed; passing data unrepaired", type(repair).__name__)
+            return default
+
+
+def _as_chunk(event: SSEEvent) -> Chunk | None:
+    """The JSON object an event carries, or None when the event must pass through as bytes."""
+    if event.data is None or event.event not in (None, "message"):
+        return None
+    data = event.data
+    if not data.startswith("{"):
+        return None
+    try:
+        chunk = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    return chunk if isinstance(chunk, dict) else None
+
+
+def _is_done(event: SSEEvent) -> bool:
+    return event.data is not None and event.data.strip() == "[DONE]"
+
+
+async def repaired_stream(
+    upstream: AsyncIterator[bytes],
+    chain: RepairChain,
+    decoder: SSEDecoder,
+    failures: tuple[type[Exception], ...],
+    on_abort: Callable[[Exception], bytes],
+) -> AsyncIterator[bytes]:
+    """Decode the upstream SSE body, repair it, and encode it for the client.
+
+    An exception of a `failures` type while reading (the upstream broke off, an event grew too
+    large) ends the stream with the bytes of `on_abort(exc)`, and without `[DONE]`.
+    """
+
+    def emit(items: list[tuple[Chunk, bytes | None]]) -> bytes:
+        return b"".join(raw if raw is not None else encode(chunk) for chunk, raw in items)
+
+    def process(events: list[SSEEvent]) -> bytes:
+        out = []
+        for event in events:
+            if _is_done(event):
+                continue  # re-sent once, after the repairs' closing chunks
+            chunk = _as_chunk(event)
+            if chunk is None:
+                out.append(event.raw)
+            else:
+                out.append(emit(chain.on_chunk(chunk, event.raw)))
+        return b"".join(out)
+
+    try:
+        async for data in upstream:
+            if out := process(decoder.feed(data)):
+                yield out
+        tail = process(decoder.flush())
+    except failures as exc:
+        yield on_abort(exc)
+        return
+    yield tail + emit(await chain.on_end()) + DONE

@@ -1,0 +1,28 @@
+"""The repairs, and the one place that states their order."""
+
+from __future__ import annotations
+
+from proxy.exchange import Exchange
+from proxy.pipeline import Repair
+from proxy.repairs.finish_reason import FinishReasonRepair
+from proxy.repairs.role import SingleRoleRepair
+from proxy.repairs.tool_calls import ToolCallRepair
+from proxy.settings import Settings
+
+
+def default_repairs(settings: Settings, exchange: Exchange) -> list[Repair]:
+    """A fresh chain for one exchange, in this order:
+
+    1. ToolCallRepair first: it turns whatever the upstream sent into whole calls, which is
+       what every later repair reasons about.
+    2. SingleRoleRepair after it, so the chunks it emits are seen with their roles.
+    3. FinishReasonRepair last: it must see the calls that ToolCallRepair emits (even the ones
+       it only emits at stream end) to know that "stop" means "tool_calls".
+    """
+    if not settings.repairs.enabled:
+        return []
+    return [
+        ToolCallRepair(exchange, emit=settings.tool_calls.emit),
+        SingleRoleRepair(),
+        FinishReasonRepair(),
+    ]

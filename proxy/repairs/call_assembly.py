@@ -1,0 +1,134 @@
+"""Matching tool-call delta entries to the calls they belong to, for one choice.
+
+Upstreams disagree on how a call is spread over deltas: OpenAI keys fragments by `index`,
+Gemini sends no `index` at all, Vertex changes `index` for one id, vLLM sometimes sends neither
+`id` nor `name`. The rules below, applied in order, cover every shape seen (PROTOCOL.md §1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+
+@dataclass(slots=True)
+class ToolCall:
+    index: int
+    """Position in the choice as the client sees it: 0, 1, 2… in order of first appearance."""
+    id: str | None = None
+    name: str | None = None
+    fragments: list[str] = field(default_factory=list)
+    extra_content: dict[str, Any] | None = None
+    opened: bool = False
+    """The client has been sent this call's opening delta (or the whole call)."""
+    sent_fragments: int = 0
+    sent_extra_content: dict[str, Any] | None = None
+
+    @property
+    def arguments(self) -> str:
+        return "".join(self.fragments)
+
+    def arguments_complete(self) -> bool:
+        try:
+            orjson.loads(self.arguments)
+        except orjson.JSONDecodeError:
+            return False
+        return True
+
+    def merge(self, entry: dict[str, Any]) -> None:
+        if self.id is None and _nonempty_str(entry.get("id")):
+            self.id = entry["id"]
+        function = entry.get("function")
+        if isinstance(function, dict):
+            if self.name is None and _nonempty_str(function.get("name")):
+                self.name = function["name"]
+            arguments = function.get("arguments")
+            if isinstance(arguments, str):
+                if arguments:
+                    self.fragments.append(arguments)
+            elif isinstance(arguments, dict):
+                # Some servers send the arguments object itself; the client needs the string.
+                self.fragments.append(orjson.dumps(arguments).decode())
+        extra = entry.get("extra_content")
+        if isinstance(extra, dict):
+            self.extra_content = _deep_merge(self.extra_content or {}, extra)
+
+
+class CallAssembler:
+    """The calls of one choice, built up from delta entries in arrival order."""
+
+    def __init__(self) -> None:
+        self.calls: list[ToolCall] = []
+        self._by_id: dict[str, ToolCall] = {}
+        self._by_upstream_index: dict[int, ToolCall] = {}
+
+    def add(self, entries: list[Any]) -> list[ToolCall]:
+        """Merge one delta's `tool_calls` entries; return the calls they touched, in order."""
+        dicts = [entry for entry in entries if isinstance(entry, dict)]
+        positional = len(dicts) > 1
+        touched: list[ToolCall] = []
+        for position, entry in enumerate(dicts):
+            call = self._match(entry, position if positional else None)
+            call.merge(entry)
+            if call.id is not None:
+                self._by_id.setdefault(call.id, call)
+            if call not in touched:
+                touched.append(call)
+        return touched
+
+    def _match(self, entry: dict[str, Any], position: int | None) -> ToolCall:
+        call_id = entry.get("id")
+        if _nonempty_str(call_id):
+            # By id first: Vertex changes `index` for one id, and ids are what calls are.
+            return self._by_id.get(call_id) or self._open(entry)
+        index = entry.get("index")
+        if isinstance(index, int) and not isinstance(index, bool):
+            return self._by_upstream_index.get(index) or self._open(entry)
+        if position is not None and position < len(self.calls):
+            return self.calls[position]  # several indexless entries continue the open calls
+        if self.calls and _carries_only_extra_content(entry):
+            return self.calls[0]  # Gemini: a lone signature belongs to the batch's first call
+        latest = self.calls[-1] if self.calls else None
+        if latest is None or _names_another_call(entry, latest):
+            return self._open(entry)
+        return latest  # an indexless fragment continues the latest call
+
+    def _open(self, entry: dict[str, Any]) -> ToolCall:
+        call = ToolCall(index=len(self.calls))
+        self.calls.append(call)
+        index = entry.get("index")
+        if isinstance(index, int) and not isinstance(index, bool):
+            self._by_upstream_index[index] = call
+        return call
+
+
+def _nonempty_str(value: Any) -> bool:
+    return isinstance(value, str) and value != ""
+
+
+def _carries_only_extra_content(entry: dict[str, Any]) -> bool:
+    function = entry.get("function")
+    has_function = isinstance(function, dict) and (
+        function.get("name") or function.get("arguments")
+    )
+    return isinstance(entry.get("extra_content"), dict) and not has_function
+
+
+def _names_another_call(entry: dict[str, Any], latest: ToolCall) -> bool:
+    """An indexless, id-less entry with a name opens a new call once the latest one is complete:
+    otherwise two calls whose ids an intermediary blanked would merge into `{…}{…}`."""
+    function = entry.get("function")
+    named = isinstance(function, dict) and _nonempty_str(function.get("name"))
+    return named and latest.name is not None and latest.arguments_complete()
+
+
+def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged

@@ -1,0 +1,69 @@
+"""Exactly one, correct finish per choice."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxy.chunks import choice_index, choices_of, envelope, new_chunk
+from proxy.pipeline import Chunk, Repair
+
+
+class FinishReasonRepair(Repair):
+    """Gemini (and vLLM with a named `tool_choice`) ends a tool-call turn with "stop"; opencode
+    then ends its agent loop after running the tools. Some upstreams repeat the finish or end
+    without one, and the Vercel AI SDK 3.x then fails with `Response stream ended without a
+    finish reason.` This repair rewrites "stop" to "tool_calls" for a choice that sent calls,
+    drops repeated finishes, and supplies a missing one when the upstream ended cleanly.
+    Recordings: `gemini_indexless_call_stop`, `vllm_named_tool_choice_stop`, `openai_no_done`.
+    """
+
+    def __init__(self) -> None:
+        self._with_calls: set[int] = set()
+        self._seen: set[int] = set()
+        self._finished: set[int] = set()
+        self._envelope: dict[str, Any] = {}
+
+    def on_chunk(self, chunk: Chunk) -> list[Chunk] | None:
+        changed = False
+        for choice in choices_of(chunk):
+            index = choice_index(choice)
+            self._seen.add(index)
+            delta = choice.get("delta")
+            if isinstance(delta, dict) and delta.get("tool_calls"):
+                self._with_calls.add(index)
+            reason = choice.get("finish_reason")
+            if reason is None:
+                continue
+            if index in self._finished:
+                choice["finish_reason"] = None  # a second finish for the same choice
+                changed = True
+            elif reason == "stop" and index in self._with_calls:
+                choice["finish_reason"] = "tool_calls"
+                changed = True
+            self._finished.add(index)
+        if not self._envelope and "choices" in chunk:
+            self._envelope = envelope(chunk)
+        return [chunk] if changed else None
+
+    async def on_end(self) -> list[Chunk]:
+        return [
+            new_chunk(
+                self._envelope,
+                {
+                    "index": index,
+                    "delta": {},
+                    "finish_reason": "tool_calls" if index in self._with_calls else "stop",
+                },
+            )
+            for index in sorted(self._seen - self._finished)
+        ]
+
+    def on_response(self, body: dict[str, Any]) -> bool:
+        changed = False
+        for choice in choices_of(body):
+            message = choice.get("message")
+            has_calls = isinstance(message, dict) and bool(message.get("tool_calls"))
+            if has_calls and choice.get("finish_reason") in ("stop", None):
+                choice["finish_reason"] = "tool_calls"
+                changed = True
+        return changed

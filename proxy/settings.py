@@ -1,0 +1,158 @@
+"""Configuration: frozen dataclasses, and the one place that reads the config file and environment.
+
+Precedence, lowest first: built-in defaults, the TOML config file, `STREAMFIX_*` environment
+variables, command-line flags (passed in as `overrides`).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+GEMINI_OPENAI_BASE_URL = "https://generativelanguage.googleapis.com/v1beta/openai"
+
+# Environment variable -> dotted config key.
+ENVIRONMENT_KEYS = {
+    "STREAMFIX_UPSTREAM": "upstream.base_url",
+    "STREAMFIX_HOST": "server.host",
+    "STREAMFIX_PORT": "server.port",
+}
+
+
+class ConfigError(ValueError):
+    """The configuration names a key that does not exist or gives it an unusable value."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    max_request_bytes: int = 16 * 1024 * 1024
+    max_event_bytes: int = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamSettings:
+    base_url: str = GEMINI_OPENAI_BASE_URL
+    connect_timeout: float = 10.0
+    read_timeout: float = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallSettings:
+    emit: str = "atomic"
+
+    def __post_init__(self) -> None:
+        if self.emit not in ("atomic", "incremental"):
+            raise ConfigError(
+                f'tool_calls.emit: must be "atomic" or "incremental", got {self.emit!r}'
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class RepairSettings:
+    enabled: bool = True
+    strict: bool = False
+    """Re-raise a failing repair instead of passing the chunk unrepaired (tests use this)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    server: ServerSettings = field(default_factory=ServerSettings)
+    upstream: UpstreamSettings = field(default_factory=UpstreamSettings)
+    tool_calls: ToolCallSettings = field(default_factory=ToolCallSettings)
+    repairs: RepairSettings = field(default_factory=RepairSettings)
+
+    @classmethod
+    def load(
+        cls,
+        path: str | Path | None = None,
+        environ: Mapping[str, str] | None = None,
+        overrides: Mapping[str, Any] | None = None,
+    ) -> Settings:
+        """Build settings from a config file, the environment and flags (dotted keys)."""
+        environ = environ if environ is not None else {}
+        path = path or environ.get("STREAMFIX_CONFIG")
+        values: dict[str, Any] = {}
+        if path:
+            values.update(_flatten(_read_toml(Path(path))))
+        values.update(
+            {key: environ[name] for name, key in ENVIRONMENT_KEYS.items() if environ.get(name)}
+        )
+        values.update({key: value for key, value in (overrides or {}).items() if value is not None})
+        return cls().with_values(values)
+
+    def with_values(self, values: Mapping[str, Any]) -> Settings:
+        """A copy with dotted keys (`"tool_calls.emit"`) set, each checked and converted."""
+        sections: dict[str, dict[str, Any]] = {}
+        for key, value in values.items():
+            section, _, name = key.partition(".")
+            sections.setdefault(section, {})[name] = value
+        changes = {}
+        for section, items in sections.items():
+            current = getattr(self, section, None) if section in _field_names(self) else None
+            if current is None:
+                raise ConfigError(f"{section}: unknown config section")
+            changes[section] = _replace_checked(section, current, items)
+        return replace(self, **changes)
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError as exc:
+        raise ConfigError(f"config file {path} does not exist") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path}: {exc}") from exc
+
+
+def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in table.items():
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _field_names(obj: Any) -> set[str]:
+    return {f.name for f in fields(obj)}
+
+
+def _replace_checked(section: str, current: Any, items: Mapping[str, Any]) -> Any:
+    types = {f.name: f.type for f in fields(current)}
+    converted = {}
+    for name, value in items.items():
+        if name not in types:
+            raise ConfigError(f"{section}.{name}: unknown config key")
+        converted[name] = _convert(f"{section}.{name}", types[name], value)
+    return replace(current, **converted)
+
+
+def _convert(key: str, type_name: Any, value: Any) -> Any:
+    """Values from the environment arrive as strings; TOML values arrive typed."""
+    kind = {"int": int, "float": float, "bool": bool, "str": str}.get(str(type_name))
+    if kind is None:
+        return value
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        if str(value).lower() in ("1", "true", "yes", "on"):
+            return True
+        if str(value).lower() in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"{key}: expected true or false, got {value!r}")
+    if isinstance(value, bool) and kind is not str:
+        raise ConfigError(f"{key}: expected a number, got {value!r}")
+    try:
+        converted = kind(value)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{key}: expected {kind.__name__}, got {value!r}") from exc
+    if kind in (int, float) and converted <= 0:
+        raise ConfigError(f"{key}: must be positive, got {value!r}")
+    return converted

@@ -1,0 +1,74 @@
+"""Talking to the upstream: which headers cross, where requests go, how failures read."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import httpx
+
+from proxy.settings import UpstreamSettings
+
+# RFC 9110 §7.6.1 hop-by-hop fields, plus those httpx or the server recompute per connection.
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+    }
+)
+
+
+def _connection_listed(headers: Mapping[str, str]) -> set[str]:
+    listed = headers.get("connection", "")
+    return {name.strip().lower() for name in listed.split(",") if name.strip()}
+
+
+def request_headers(incoming: Iterable[tuple[str, str]], request_id: str) -> list[tuple[str, str]]:
+    """The client's headers minus hop-by-hop ones. Upstream is asked not to compress, so bodies
+    can be repaired as they stream and forwarded without re-encoding."""
+    pairs = [(name.lower(), value) for name, value in incoming]
+    dropped = HOP_BY_HOP | _connection_listed(dict(pairs)) | {"accept-encoding", "x-request-id"}
+    kept = [(name, value) for name, value in pairs if name not in dropped]
+    return [*kept, ("accept-encoding", "identity"), ("x-request-id", request_id)]
+
+
+def response_headers(upstream: httpx.Headers) -> dict[str, str]:
+    """Upstream response headers the client may see. The body is re-framed and already decoded
+    by httpx, so length and encoding are the server's business, not the upstream's."""
+    dropped = HOP_BY_HOP | _connection_listed(upstream) | {"content-encoding"}
+    return {name: value for name, value in upstream.items() if name.lower() not in dropped}
+
+
+def upstream_url(settings: UpstreamSettings, path: str, query: str) -> str:
+    """`path` is relative to the client's `/v1/`; the base URL is fixed by configuration, so no
+    client header can send the proxy anywhere else."""
+    url = f"{settings.base_url.rstrip('/')}/{path.lstrip('/')}"
+    return f"{url}?{query}" if query else url
+
+
+def client_timeout(settings: UpstreamSettings) -> httpx.Timeout:
+    return httpx.Timeout(
+        connect=settings.connect_timeout,
+        read=settings.read_timeout,
+        write=settings.read_timeout,
+        pool=settings.connect_timeout,
+    )
+
+
+def describe_failure(exc: Exception) -> tuple[int, str, str]:
+    """HTTP status, message and error code for a failure to reach or read the upstream."""
+    if isinstance(exc, httpx.ConnectTimeout | httpx.PoolTimeout):
+        return 504, "upstream connect timed out", "upstream_timeout"
+    if isinstance(exc, httpx.TimeoutException):
+        return 504, "upstream read timed out", "upstream_timeout"
+    if isinstance(exc, httpx.ConnectError):
+        return 502, "could not connect to the upstream", "upstream_unreachable"
+    return 502, f"upstream connection failed: {type(exc).__name__}", "upstream_failed"

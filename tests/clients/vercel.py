@@ -1,0 +1,131 @@
+"""Run the real Vercel AI SDK (via vercel_driver.mjs under node) against a base URL.
+
+Three releases of @ai-sdk/openai-compatible, each with its own `ai` major, are
+installed side by side under npm aliases (see package.json):
+  v1 = 1.0.x + ai 5, v2 = 2.0.41 + ai 6 (what opencode bundles), v3 = 3.x + ai 7.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+DRIVER = HERE / "vercel_driver.mjs"
+LOCKFILE = HERE / "package-lock.json"
+NODE_MODULES = HERE / "node_modules"
+# Holds the hash of the lockfile node_modules was installed from; content, not
+# mtimes, because a git checkout gives every file a fresh mtime.
+STAMP = NODE_MODULES / ".streamfix-lock-sha256"
+
+
+class VercelDriverError(RuntimeError):
+    """The driver (or npm) itself failed; stream errors are reported in the result instead."""
+
+
+def _alias_version(alias: str) -> str:
+    # "npm:@ai-sdk/openai-compatible@1.0.61" -> "1.0.61"
+    spec = json.loads((HERE / "package.json").read_text())["dependencies"][alias]
+    return spec.rsplit("@", 1)[1]
+
+
+SDK_VERSIONS: dict[str, str] = {sdk: _alias_version(f"oc-{sdk}") for sdk in ("v1", "v2", "v3")}
+AI_VERSIONS: dict[str, str] = {sdk: _alias_version(f"ai-{sdk}") for sdk in ("v1", "v2", "v3")}
+
+
+def _lock_hash() -> str:
+    return hashlib.sha256(LOCKFILE.read_bytes()).hexdigest()
+
+
+def _installed() -> bool:
+    return STAMP.is_file() and STAMP.read_text().strip() == _lock_hash()
+
+
+def ensure_node_modules() -> None:
+    """Install node_modules from package-lock.json unless it is already current."""
+    if _installed():
+        return
+    npm = shutil.which("npm")
+    if npm is None:
+        raise VercelDriverError(
+            "npm not found on PATH; Node.js and npm are needed for client tests"
+        )
+    # Parallel test workers would otherwise run `npm ci` over each other. The lock
+    # lives outside the tree (npm ci deletes node_modules; git should not see it).
+    with open(Path(tempfile.gettempdir()) / "streamfix-npm-ci.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _installed():  # another worker finished it while we waited
+            return
+        proc = subprocess.run(
+            [npm, "ci", "--no-audit", "--no-fund"],
+            cwd=HERE,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        if proc.returncode != 0:
+            raise VercelDriverError(
+                f"npm ci failed in {HERE} (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+            )
+        STAMP.write_text(_lock_hash())
+
+
+def run_vercel(
+    sdk: str,
+    base_url: str,
+    model: str,
+    tools: list[dict[str, Any]],
+    prompt: str = "go",
+    api_key: str = "test-key",
+    timeout: float = 60,
+) -> dict[str, Any]:
+    """Stream one chat request through the SDK `sdk` and return what it saw.
+
+    Returns {"toolCalls": [{"toolCallId", "toolName", "input"}], "errors": [str],
+    "finishReason": str | None, "text": str, "rawFinishReason": str | None}.
+    `tools` are {"name", "description", "parameters": JSON schema}.
+    """
+    if sdk not in SDK_VERSIONS:
+        raise ValueError(f"unknown sdk {sdk!r}; expected one of {sorted(SDK_VERSIONS)}")
+    ensure_node_modules()
+    node = shutil.which("node")
+    if node is None:
+        raise VercelDriverError("node not found on PATH")
+    request = {
+        "sdk": sdk,
+        "baseURL": base_url,
+        "model": model,
+        "apiKey": api_key,
+        "prompt": prompt,
+        "tools": tools,
+    }
+    try:
+        proc = subprocess.run(
+            [node, str(DRIVER)],
+            input=json.dumps(request),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=HERE,
+        )
+    except subprocess.TimeoutExpired as exc:
+        stderr = exc.stderr or ""  # bytes here on some Pythons despite text=True
+        if isinstance(stderr, bytes):
+            stderr = stderr.decode(errors="replace")
+        raise VercelDriverError(
+            f"vercel driver ({sdk}) timed out after {timeout}s; stderr:\n{stderr}"
+        ) from None
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        raise VercelDriverError(
+            f"vercel driver ({sdk}) crashed (exit {proc.returncode}); "
+            f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+        )
+    # The result is the last line; anything the SDK printed before it is noise.
+    return json.loads(lines[-1])
