@@ -164,6 +164,7 @@ class RecordedRequest:
     query: str
     headers: dict[str, str]
     body: Any  # the parsed JSON body, or the raw bytes when it is not JSON (b"" when empty)
+    raw: bytes = b""  # the body exactly as it arrived
 
     @property
     def json(self) -> Any:
@@ -260,6 +261,7 @@ class FakeUpstream:
             query=request.url.query,
             headers=headers,
             body=body,
+            raw=raw,
         )
         self.requests.append(recorded)
         return recorded

@@ -13,7 +13,8 @@ class FinishReasonRepair(Repair):
     then ends its agent loop after running the tools. Some upstreams repeat the finish or end
     without one, and the Vercel AI SDK 3.x then fails with `Response stream ended without a
     finish reason.` This repair rewrites "stop" to "tool_calls" for a choice that sent calls,
-    drops repeated finishes, and supplies a missing one when the upstream ended cleanly.
+    says "stop" when every call was left out, drops repeated finishes, and supplies a missing
+    finish when the upstream ended cleanly.
     Recordings: `gemini_indexless_call_stop`, `vllm_named_tool_choice_stop`, `openai_no_done`.
     """
 
@@ -39,6 +40,10 @@ class FinishReasonRepair(Repair):
                 changed = True
             elif reason == "stop" and index in self._with_calls:
                 choice["finish_reason"] = "tool_calls"
+                changed = True
+            elif reason == "tool_calls" and index not in self._with_calls:
+                # Every call was left out (no name could be known): nothing for the client to run.
+                choice["finish_reason"] = "stop"
                 changed = True
             self._finished.add(index)
         if not self._envelope and "choices" in chunk:

@@ -78,7 +78,8 @@ def chunk(delta: dict, finish: str | None = None, index: int = 0) -> dict:
 
 def test_untouched_text_chunks_are_forwarded_byte_for_byte() -> None:
     text = (
-        b'data: {"id":"x","choices":[{"index":0,"delta":{"role":"assistant","content":"Hi"}}]}\r\n\r\n'
+        b'data: {"id":"x","choices":[{"index":0,"delta":{"role":"assistant","content":"Hi"}}]}'
+        b"\r\n\r\n"
         b": keep-alive\n\n"
         b"data: not json at all\n\n"
         b'event: custom\ndata: {"choices":[]}\n\n'
