@@ -65,9 +65,7 @@ def assembled_calls(body: bytes) -> dict[int, list[dict[str, Any]]]:
                 call["arguments"] += function.get("arguments") or ""
                 if entry.get("extra_content"):
                     call["extra_content"] = entry["extra_content"]
-    return {
-        choice: [by_index[i] for i in sorted(by_index)] for choice, by_index in calls.items()
-    }
+    return {choice: [by_index[i] for i in sorted(by_index)] for choice, by_index in calls.items()}
 
 
 def finish_reasons(body: bytes) -> dict[int, list[str]]:
