@@ -30,6 +30,10 @@ class ToolCall:
     def arguments(self) -> str:
         return "".join(self.fragments)
 
+    def is_bare(self) -> bool:
+        """Nothing but `extra_content` so far: a signature that arrived before its call."""
+        return self.id is None and self.name is None and not self.fragments
+
     def arguments_complete(self) -> bool:
         try:
             orjson.loads(self.arguments)
@@ -96,8 +100,11 @@ class CallAssembler:
         return latest  # an indexless fragment continues the latest call
 
     def _open(self, entry: dict[str, Any]) -> ToolCall:
-        call = ToolCall(index=len(self.calls))
-        self.calls.append(call)
+        if self.calls and self.calls[-1].is_bare():
+            call = self.calls[-1]  # the call a signature-only delta was waiting for
+        else:
+            call = ToolCall(index=len(self.calls))
+            self.calls.append(call)
         index = entry.get("index")
         if isinstance(index, int) and not isinstance(index, bool):
             self._by_upstream_index[index] = call

@@ -105,6 +105,12 @@ class ToolCallRepair(Repair):
 
     def _complete_entry(self, choice: int, call: ToolCall) -> dict[str, Any] | None:
         """The call with its identity, and every argument fragment received so far."""
+        if call.is_bare():
+            call.opened = True
+            self._exchange.note(
+                "orphan_extra_content", "no call for extra_content in choice %d", choice
+            )
+            return None
         name = call.name or unambiguous_tool_name(self._exchange.request, call.arguments)
         if name is None:
             call.opened = True  # never retried: it is reported once and stays out

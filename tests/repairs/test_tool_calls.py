@@ -225,3 +225,39 @@ def test_two_empty_id_calls_in_separate_chunks_stay_two_calls() -> None:
     calls = assembled_calls(repair_stream(body))[0]
     assert [orjson.loads(c["arguments"]) for c in calls] == [{"p": 1}, {"p": 2}]
     assert len({c["id"] for c in calls}) == 2
+
+
+def test_signature_before_its_call_is_adopted_by_the_call() -> None:
+    body = sse(
+        chunk({"tool_calls": [{"extra_content": {"google": {"thought_signature": "S"}}}]}),
+        chunk(
+            {
+                "tool_calls": [
+                    {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                ]
+            }
+        ),
+        chunk({}, "stop"),
+        "[DONE]",
+    )
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    (call,) = assembled_calls(repair_stream(body, {"messages": [], "tools": tools}))[0]
+    assert (call["id"], call["name"]) == ("a", "f")
+    assert call["extra_content"] == {"google": {"thought_signature": "S"}}
+
+
+def test_signature_with_no_call_at_all_invents_no_call() -> None:
+    body = sse(
+        chunk(
+            {
+                "content": "hi",
+                "tool_calls": [{"extra_content": {"google": {"thought_signature": "S"}}}],
+            }
+        ),
+        chunk({}, "stop"),
+        "[DONE]",
+    )
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    out = repair_stream(body, {"messages": [], "tools": tools})
+    assert assembled_calls(out) == {}
+    assert finish_reasons(out) == {0: ["stop"]}
