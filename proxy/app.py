@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import httpx
@@ -18,10 +18,14 @@ from starlette.routing import Route
 from proxy.chat_request import parse_chat_request, read_body
 from proxy.errors import ClientError, error_event, error_response
 from proxy.exchange import Exchange
+from proxy.metrics import Metrics
 from proxy.pipeline import RepairChain, repaired_stream
+from proxy.profiles import profile_for
 from proxy.repairs import default_repairs
 from proxy.settings import Settings
 from proxy.sse import EventTooLarge, SSEDecoder
+from proxy.store import ReceiptStore, open_store
+from proxy.tenancy import ReceiptScope, tenant_of, upstream_identity
 from proxy.upstream import (
     client_timeout,
     describe_failure,
@@ -42,6 +46,9 @@ class Proxy:
         self.settings = settings
         self._transport = transport
         self.client: httpx.AsyncClient | None = None
+        self.store: ReceiptStore = open_store(settings.signatures)
+        self.metrics = Metrics()
+        self._upstream_identity = upstream_identity(settings.upstream.base_url)
 
     @asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -53,7 +60,10 @@ class Proxy:
             follow_redirects=False,
         ) as client:
             self.client = client
-            yield
+            try:
+                yield
+            finally:
+                await self.store.aclose()
         self.client = None
 
     async def healthz(self, request: Request) -> Response:
@@ -66,11 +76,12 @@ class Proxy:
             body = parse_chat_request(raw)
         except ClientError as exc:
             return exc.response()
-        exchange = Exchange(request_id=request_id, request=body)
+        exchange = self._exchange(request, request_id, body)
         chain = RepairChain(
-            default_repairs(self.settings, exchange), strict=self.settings.repairs.strict
+            default_repairs(self.settings, exchange, self.store),
+            strict=self.settings.repairs.strict,
         )
-        content = orjson.dumps(body) if chain.on_request(body) else raw
+        content = orjson.dumps(body) if await chain.on_request(body) else raw
         upstream = await self._send(request, "chat/completions", content, request_id)
         if isinstance(upstream, Response):
             return upstream
@@ -78,10 +89,36 @@ class Proxy:
         headers["x-request-id"] = request_id
         is_sse = upstream.headers.get("content-type", "").startswith("text/event-stream")
         if upstream.status_code >= 400 or (body.get("stream") and not is_sse):
-            return self._relay(upstream, headers)  # errors and non-SSE bodies pass untouched
+            # Errors and non-SSE bodies pass untouched.
+            return self._relay(upstream, headers, lambda: self._finished(exchange, upstream))
         if body.get("stream"):
             return self._repaired_stream(upstream, chain, exchange, headers)
-        return await self._repaired_json(upstream, chain, headers)
+        response = await self._repaired_json(upstream, chain, headers)
+        self._finished(exchange, upstream)
+        return response
+
+    def _finished(self, exchange: Exchange, upstream: httpx.Response) -> None:
+        """One log line per exchange, and its repair counts into the process metrics."""
+        self.metrics.record(exchange.repairs)
+        logger.info(
+            "[%s] model=%s profile=%s status=%d duration=%.3fs repairs=%s",
+            exchange.request_id,
+            exchange.request.get("model"),
+            exchange.profile.name,
+            upstream.status_code,
+            time.monotonic() - exchange.started,
+            ",".join(f"{kind}:{n}" for kind, n in sorted(exchange.repairs.items())) or "-",
+        )
+
+    def _exchange(self, request: Request, request_id: str, body: dict) -> Exchange:
+        upstream = self.settings.upstream
+        tenant = tenant_of(request.headers, self.settings.signatures.tenant_header)
+        return Exchange(
+            request_id=request_id,
+            request=body,
+            profile=profile_for(upstream.profile, upstream.base_url, body.get("model")),
+            scope=ReceiptScope(tenant, self._upstream_identity),
+        )
 
     async def passthrough(self, request: Request) -> Response:
         request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
@@ -121,9 +158,14 @@ class Proxy:
             )
             return error_response(status, message, "upstream_error", code)
 
-    def _relay(self, upstream: httpx.Response, headers: dict[str, str]) -> Response:
+    def _relay(
+        self,
+        upstream: httpx.Response,
+        headers: dict[str, str],
+        on_close: Callable[[], None] = lambda: None,
+    ) -> Response:
         return StreamingResponse(
-            _closing(upstream, upstream.aiter_bytes()),
+            _closing(upstream, upstream.aiter_bytes(), on_close),
             status_code=upstream.status_code,
             headers=headers,
         )
@@ -151,7 +193,7 @@ class Proxy:
         )
         headers.update(SSE_HEADERS)
         return StreamingResponse(
-            _closing(upstream, stream),
+            _closing(upstream, stream, lambda: self._finished(exchange, upstream)),
             status_code=upstream.status_code,
             headers=headers,
             media_type="text/event-stream",
@@ -171,12 +213,16 @@ class Proxy:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError:
             body = None
-        if isinstance(body, dict) and chain.on_response(body):
+        if isinstance(body, dict) and await chain.on_response(body):
             raw = orjson.dumps(body)
         return Response(raw, status_code=upstream.status_code, headers=headers)
 
 
-async def _closing(upstream: httpx.Response, body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+async def _closing(
+    upstream: httpx.Response,
+    body: AsyncIterator[bytes],
+    on_close: Callable[[], None] = lambda: None,
+) -> AsyncIterator[bytes]:
     """Close the upstream response in the generator's own `finally`: on a client disconnect
     Starlette may never run a `background=` task."""
     try:
@@ -184,6 +230,7 @@ async def _closing(upstream: httpx.Response, body: AsyncIterator[bytes]) -> Asyn
             yield part
     finally:
         await upstream.aclose()
+        on_close()
 
 
 def create_app(settings: Settings, transport: httpx.AsyncBaseTransport | None = None) -> Starlette:

@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from proxy.settings import ConfigError, Settings
+from proxy.settings import PROFILE_NAMES, ConfigError, Settings
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -22,6 +22,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="address to listen on (env STREAMFIX_HOST)")
     serve.add_argument("--port", type=int, help="port to listen on (env STREAMFIX_PORT)")
     serve.add_argument("--config", help="TOML config file (env STREAMFIX_CONFIG)")
+    serve.add_argument(
+        "--profile",
+        choices=PROFILE_NAMES,
+        help="upstream provider profile; auto detects it (env STREAMFIX_PROFILE)",
+    )
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return parser
 
@@ -37,6 +42,7 @@ def _serve(args: argparse.Namespace) -> int:
             os.environ,
             {
                 "upstream.base_url": args.upstream,
+                "upstream.profile": args.profile,
                 "server.host": args.host,
                 "server.port": args.port,
             },

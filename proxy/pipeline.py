@@ -23,7 +23,7 @@ Chunk = dict[str, Any]
 class Repair:
     """One independent fix. A fresh instance per exchange; override only the hooks you need."""
 
-    def on_request(self, body: dict[str, Any]) -> bool:
+    async def on_request(self, body: dict[str, Any]) -> bool:
         """Edit the request body in place; return True when it changed."""
         return False
 
@@ -36,7 +36,7 @@ class Repair:
         """The upstream stream ended cleanly: chunks to send before `[DONE]`."""
         return []
 
-    def on_response(self, body: dict[str, Any]) -> bool:
+    async def on_response(self, body: dict[str, Any]) -> bool:
         """Edit a non-streamed completion in place; return True when it changed."""
         return False
 
@@ -46,16 +46,16 @@ class RepairChain:
         self.repairs = list(repairs)
         self.strict = strict
 
-    def on_request(self, body: dict[str, Any]) -> bool:
+    async def on_request(self, body: dict[str, Any]) -> bool:
         changed = False
         for repair in self.repairs:
-            changed |= bool(self._guard(repair, repair.on_request, body, default=False))
+            changed |= bool(await self._guard_async(repair, repair.on_request, body))
         return changed
 
-    def on_response(self, body: dict[str, Any]) -> bool:
+    async def on_response(self, body: dict[str, Any]) -> bool:
         changed = False
         for repair in self.repairs:
-            changed |= bool(self._guard(repair, repair.on_response, body, default=False))
+            changed |= bool(await self._guard_async(repair, repair.on_response, body))
         return changed
 
     def on_chunk(
@@ -78,14 +78,7 @@ class RepairChain:
         """Each repair's closing chunks still flow through the repairs after it."""
         out: list[tuple[Chunk, bytes | None]] = []
         for position, repair in enumerate(self.repairs):
-            try:
-                closing = await repair.on_end()
-            except Exception:
-                if self.strict:
-                    raise
-                logger.exception("repair %s failed at stream end", type(repair).__name__)
-                continue
-            for chunk in closing:
+            for chunk in await self._guard_async(repair, repair.on_end, default=[]):
                 out.extend(self.on_chunk(chunk, None, position + 1))
         return out
 
@@ -93,6 +86,17 @@ class RepairChain:
         # A repair that raises must not take the stream down: its input passes on unrepaired.
         try:
             return hook(arg)
+        except Exception:
+            if self.strict:
+                raise
+            logger.exception("repair %s failed; passing data unrepaired", type(repair).__name__)
+            return default
+
+    async def _guard_async(
+        self, repair: Repair, hook: Any, *args: Any, default: Any = False
+    ) -> Any:
+        try:
+            return await hook(*args)
         except Exception:
             if self.strict:
                 raise

@@ -17,6 +17,7 @@ GEMINI_OPENAI_BASE_URL = "https://generativelanguage.googleapis.com/v1beta/opena
 # Environment variable -> dotted config key.
 ENVIRONMENT_KEYS = {
     "STREAMFIX_UPSTREAM": "upstream.base_url",
+    "STREAMFIX_PROFILE": "upstream.profile",
     "STREAMFIX_HOST": "server.host",
     "STREAMFIX_PORT": "server.port",
 }
@@ -34,11 +35,39 @@ class ServerSettings:
     max_event_bytes: int = 8 * 1024 * 1024
 
 
+PROFILE_NAMES = ("auto", "gemini", "vertex", "openai", "openrouter", "vllm", "kimi", "generic")
+
+
 @dataclass(frozen=True, slots=True)
 class UpstreamSettings:
     base_url: str = GEMINI_OPENAI_BASE_URL
     connect_timeout: float = 10.0
     read_timeout: float = 600.0
+    profile: str = "auto"
+    """Provider profile; "auto" detects it from the base URL's host, else the model name."""
+
+    def __post_init__(self) -> None:
+        _one_of("upstream.profile", self.profile, PROFILE_NAMES)
+
+
+@dataclass(frozen=True, slots=True)
+class SignatureSettings:
+    store: str = "memory"
+    """"memory", or "redis://host:port/db" to share receipts between replicas and restarts."""
+    max_entries: int = 100_000
+    ttl_seconds: float = 86_400.0
+    on_missing: str = "placeholder"
+    tenant_header: str = ""
+    """A header naming the tenant; empty: the tenant is a hash of the client's credential."""
+    max_value_bytes: int = 65_536
+    """Receipts larger than this are not stored, so no upstream can grow the store without bound."""
+
+    def __post_init__(self) -> None:
+        _one_of("signatures.on_missing", self.on_missing, ("placeholder", "leave"))
+        if self.store != "memory" and not self.store.startswith(("redis://", "rediss://")):
+            raise ConfigError(
+                f'signatures.store: must be "memory" or a redis:// URL, got {self.store!r}'
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,10 +75,7 @@ class ToolCallSettings:
     emit: str = "atomic"
 
     def __post_init__(self) -> None:
-        if self.emit not in ("atomic", "incremental"):
-            raise ConfigError(
-                f'tool_calls.emit: must be "atomic" or "incremental", got {self.emit!r}'
-            )
+        _one_of("tool_calls.emit", self.emit, ("atomic", "incremental"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +90,7 @@ class Settings:
     server: ServerSettings = field(default_factory=ServerSettings)
     upstream: UpstreamSettings = field(default_factory=UpstreamSettings)
     tool_calls: ToolCallSettings = field(default_factory=ToolCallSettings)
+    signatures: SignatureSettings = field(default_factory=SignatureSettings)
     repairs: RepairSettings = field(default_factory=RepairSettings)
 
     @classmethod
@@ -98,6 +125,12 @@ class Settings:
                 raise ConfigError(f"{section}: unknown config section")
             changes[section] = _replace_checked(section, current, items)
         return replace(self, **changes)
+
+
+def _one_of(key: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        choices = ", ".join(f'"{a}"' for a in allowed)
+        raise ConfigError(f"{key}: must be one of {choices}, got {value!r}")
 
 
 def _read_toml(path: Path) -> dict[str, Any]:

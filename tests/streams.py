@@ -15,6 +15,7 @@ from proxy.pipeline import RepairChain, repaired_stream
 from proxy.repairs import default_repairs
 from proxy.settings import Settings
 from proxy.sse import SSEDecoder
+from proxy.store import MemoryStore
 
 
 def repair_stream(
@@ -27,7 +28,8 @@ def repair_stream(
     """Repair an upstream SSE body (optionally delivered as `pieces`) with a strict chain."""
     settings = Settings().with_values({"tool_calls.emit": emit, "repairs.strict": True})
     exchange = Exchange(request_id="test", request=dict(request or {"messages": []}))
-    chain = RepairChain(default_repairs(settings, exchange), strict=True)
+    store = MemoryStore(max_entries=100, ttl_seconds=60)
+    chain = RepairChain(default_repairs(settings, exchange, store), strict=True)
 
     async def upstream() -> AsyncIterator[bytes]:
         for piece in pieces if pieces is not None else [raw]:

@@ -5,19 +5,23 @@ from __future__ import annotations
 from proxy.exchange import Exchange
 from proxy.pipeline import Repair
 from proxy.repairs.finish_reason import FinishReasonRepair
+from proxy.repairs.receipts import ReceiptRepair
 from proxy.repairs.role import SingleRoleRepair
 from proxy.repairs.tool_calls import ToolCallRepair
 from proxy.settings import Settings
+from proxy.store import ReceiptStore
 
 
-def default_repairs(settings: Settings, exchange: Exchange) -> list[Repair]:
+def default_repairs(settings: Settings, exchange: Exchange, store: ReceiptStore) -> list[Repair]:
     """A fresh chain for one exchange, in this order:
 
     1. ToolCallRepair first: it turns whatever the upstream sent into whole calls, which is
        what every later repair reasons about.
     2. SingleRoleRepair after it, so the chunks it emits are seen with their roles.
-    3. FinishReasonRepair last: it must see the calls that ToolCallRepair emits (even the ones
+    3. FinishReasonRepair: it must see the calls that ToolCallRepair emits (even the ones
        it only emits at stream end) to know that "stop" means "tool_calls".
+    4. ReceiptRepair last: it keys receipts by the call ids exactly as the client receives
+       them, so it watches the final output, and its store write happens at the very end.
     """
     if not settings.repairs.enabled:
         return []
@@ -25,4 +29,10 @@ def default_repairs(settings: Settings, exchange: Exchange) -> list[Repair]:
         ToolCallRepair(exchange, emit=settings.tool_calls.emit),
         SingleRoleRepair(),
         FinishReasonRepair(),
+        ReceiptRepair(
+            exchange,
+            store,
+            placeholder_on_miss=settings.signatures.on_missing == "placeholder",
+            max_value_bytes=settings.signatures.max_value_bytes,
+        ),
     ]

@@ -63,7 +63,7 @@ class FinishReasonRepair(Repair):
             for index in sorted(self._seen - self._finished)
         ]
 
-    def on_response(self, body: dict[str, Any]) -> bool:
+    async def on_response(self, body: dict[str, Any]) -> bool:
         changed = False
         for choice in choices_of(body):
             message = choice.get("message")

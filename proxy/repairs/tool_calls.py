@@ -57,7 +57,7 @@ class ToolCallRepair(Repair):
             closing.extend(self._flush(index))
         return closing
 
-    def on_response(self, body: dict[str, Any]) -> bool:
+    async def on_response(self, body: dict[str, Any]) -> bool:
         changed = False
         for choice in choices_of(body):
             message = choice.get("message")

@@ -1,0 +1,150 @@
+"""Where receipts live between exchanges: a bounded in-process LRU, or Redis for replicas.
+
+A store failure must never fail a request: the proxy then just cannot remember this time.
+Both stores therefore swallow backend errors (logged, counted) instead of raising.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import orjson
+
+from proxy.settings import SignatureSettings
+
+logger = logging.getLogger(__name__)
+
+Receipt = dict[str, Any]
+
+
+class ReceiptStore(Protocol):
+    errors: int
+
+    async def get_many(self, keys: list[str]) -> dict[str, Receipt]: ...
+
+    async def put_many(self, items: dict[str, Receipt]) -> None: ...
+
+    async def ping(self) -> bool: ...
+
+    async def aclose(self) -> None: ...
+
+
+class MemoryStore:
+    """Least-recently-used with a time to live; memory stays flat at `max_entries`."""
+
+    def __init__(
+        self,
+        max_entries: int,
+        ttl_seconds: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.max_entries = max_entries
+        self.ttl_seconds = ttl_seconds
+        self.errors = 0
+        self._clock = clock
+        self._entries: OrderedDict[str, tuple[float, Receipt]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    async def get_many(self, keys: list[str]) -> dict[str, Receipt]:
+        now = self._clock()
+        found: dict[str, Receipt] = {}
+        for key in keys:
+            entry = self._entries.get(key)
+            if entry is None:
+                continue
+            expires, value = entry
+            if expires <= now:
+                del self._entries[key]
+                continue
+            self._entries.move_to_end(key)
+            found[key] = value
+        return found
+
+    async def put_many(self, items: dict[str, Receipt]) -> None:
+        expires = self._clock() + self.ttl_seconds
+        for key, value in items.items():
+            self._entries[key] = (expires, value)
+            self._entries.move_to_end(key)
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
+
+    async def ping(self) -> bool:
+        return True
+
+    async def aclose(self) -> None:
+        self._entries.clear()
+
+
+class RedisStore:
+    """Receipts as JSON strings under `prefix`, each with the TTL, shared by every replica."""
+
+    def __init__(self, url: str, ttl_seconds: float, prefix: str = "streamfix:") -> None:
+        import redis.asyncio as redis  # imported here: only Redis deployments need it
+
+        self.errors = 0
+        self._ttl = max(1, int(ttl_seconds))
+        self._prefix = prefix
+        # Short timeouts and no retries: a dead Redis must cost a request milliseconds, not
+        # seconds, and the pool reconnects by itself once the server is back.
+        self._client = redis.Redis.from_url(
+            url,
+            socket_timeout=0.5,
+            socket_connect_timeout=0.5,
+            retry_on_timeout=False,
+            health_check_interval=0,
+        )
+        self._errors_types: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
+
+    async def get_many(self, keys: list[str]) -> dict[str, Receipt]:
+        if not keys:
+            return {}
+        try:
+            values = await self._client.mget([self._prefix + key for key in keys])
+        except self._errors_types as exc:
+            self._failed("read", exc)
+            return {}
+        found: dict[str, Receipt] = {}
+        for key, value in zip(keys, values, strict=True):
+            if value is not None:
+                try:
+                    found[key] = orjson.loads(value)
+                except orjson.JSONDecodeError:
+                    logger.warning("receipt store: unreadable value under %s", key)
+        return found
+
+    async def put_many(self, items: dict[str, Receipt]) -> None:
+        if not items:
+            return
+        try:
+            async with self._client.pipeline(transaction=False) as pipe:
+                for key, value in items.items():
+                    pipe.set(self._prefix + key, orjson.dumps(value), ex=self._ttl)
+                await pipe.execute()
+        except self._errors_types as exc:
+            self._failed("write", exc)
+
+    async def ping(self) -> bool:
+        try:
+            return bool(await self._client.ping())
+        except self._errors_types as exc:
+            self._failed("ping", exc)
+            return False
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    def _failed(self, operation: str, exc: BaseException) -> None:
+        self.errors += 1
+        logger.warning("receipt store: redis %s failed (%s); continuing without it", operation, exc)
+
+
+def open_store(settings: SignatureSettings) -> ReceiptStore:
+    if settings.store == "memory":
+        return MemoryStore(settings.max_entries, settings.ttl_seconds)
+    return RedisStore(settings.store, settings.ttl_seconds)
