@@ -10,6 +10,7 @@ from proxy.chunks import choice_index, choices_of, envelope, new_chunk
 from proxy.exchange import Exchange
 from proxy.ids import generated_call_id
 from proxy.pipeline import Chunk, Repair
+from proxy.repairs.arguments import ArgumentLeakRepair
 from proxy.repairs.call_assembly import CallAssembler, ToolCall
 from proxy.repairs.tool_names import unambiguous_tool_name
 
@@ -31,6 +32,7 @@ class ToolCallRepair(Repair):
     def __init__(self, exchange: Exchange, emit: str = "atomic") -> None:
         self._exchange = exchange
         self._incremental = emit == "incremental"
+        self._arguments = ArgumentLeakRepair()
         self._choices: dict[int, CallAssembler] = {}
         self._envelope: dict[str, Any] = {}
 
@@ -65,6 +67,7 @@ class ToolCallRepair(Repair):
             if isinstance(calls, list) and calls:
                 before = orjson.dumps(calls)
                 kept = [call for call in calls if self._complete_message_call(choice, call)]
+                self._repair_message_arguments(kept)
                 message["tool_calls"] = kept
                 changed |= orjson.dumps(kept) != before
         return changed
@@ -88,6 +91,7 @@ class ToolCallRepair(Repair):
 
     def _flush(self, index: int) -> list[Chunk]:
         """Everything not yet sent of this choice's calls, one chunk per call."""
+        self._repair_arguments(self._pending(index))
         chunks = []
         for call in self._pending(index):
             entry = self._complete_entry(index, call) if not call.opened else _rest_entry(call)
@@ -96,6 +100,39 @@ class ToolCallRepair(Repair):
                     new_chunk(self._envelope, {"index": index, "delta": {"tool_calls": [entry]}})
                 )
         return chunks
+
+    def _repair_arguments(self, calls: list[ToolCall]) -> None:
+        """Whole calls not sent yet (atomic emission) can still have their arguments mended."""
+        unsent = [call for call in calls if not call.opened and not call.is_bare()]
+        repaired = self._arguments.repair([call.arguments for call in unsent])
+        if repaired is None:
+            broken = sum(not call.arguments_complete() for call in unsent)
+            if broken:
+                self._exchange.note(
+                    "arguments_unparseable", "%d call(s) passed on as received", broken
+                )
+            return
+        for call, text in zip(unsent, repaired, strict=True):
+            if text != call.arguments:
+                self._exchange.count("arguments_empty" if not call.arguments else "arguments_leak")
+                call.fragments = [text]
+
+    def _repair_message_arguments(self, calls: list[Any]) -> None:
+        functions = [
+            c["function"]
+            for c in calls
+            if isinstance(c, dict) and isinstance(c.get("function"), dict)
+        ]
+        texts = [f.get("arguments") for f in functions]
+        if not all(isinstance(text, str) for text in texts):
+            return  # an arguments object or garbage: passed on as received
+        repaired = self._arguments.repair(texts)
+        for function, text in zip(functions, repaired or (), strict=False):
+            if text != function["arguments"]:
+                self._exchange.count(
+                    "arguments_empty" if not function["arguments"] else "arguments_leak"
+                )
+                function["arguments"] = text
 
     def _incremental_entry(self, index: int, call: ToolCall) -> dict[str, Any] | None:
         if not call.opened:
