@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 import httpx
 import orjson
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -215,7 +216,12 @@ class Proxy:
             body = None
         if isinstance(body, dict) and await chain.on_response(body):
             raw = orjson.dumps(body)
-        return Response(raw, status_code=upstream.status_code, headers=headers)
+        return Response(
+            raw,
+            status_code=upstream.status_code,
+            headers=headers,
+            background=BackgroundTask(chain.on_close),
+        )
 
 
 async def _closing(

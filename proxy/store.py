@@ -85,18 +85,22 @@ class RedisStore:
     """Receipts as JSON strings under `prefix`, each with the TTL, shared by every replica."""
 
     def __init__(self, url: str, ttl_seconds: float, prefix: str = "streamfix:") -> None:
-        import redis.asyncio as redis  # imported here: only Redis deployments need it
+        # Imported here: only Redis deployments need it.
+        import redis.asyncio as redis
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
 
         self.errors = 0
         self._ttl = max(1, int(ttl_seconds))
         self._prefix = prefix
-        # Short timeouts and no retries: a dead Redis must cost a request milliseconds, not
-        # seconds, and the pool reconnects by itself once the server is back.
+        # Short timeouts and a single immediate retry on a broken connection: a pooled
+        # connection that died while idle (Redis restarted) is replaced at once, while a dead
+        # Redis costs a request milliseconds, never a retry storm.
         self._client = redis.Redis.from_url(
             url,
             socket_timeout=0.5,
             socket_connect_timeout=0.5,
-            retry_on_timeout=False,
+            retry=Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)),
             health_check_interval=0,
         )
         self._errors_types: tuple[type[BaseException], ...] = (redis.RedisError, OSError)

@@ -21,8 +21,8 @@ class ReceiptRepair(Repair):
     come back. Almost every client drops it: the Vercel AI SDK files it under a custom
     provider's name and never sends it, Open WebUI keeps it for one request, OpenAI SDK users
     rebuild messages without `extra_content`. This repair captures receipts from responses
-    (written once, at the end of the exchange), puts them back on the exact call or message
-    they came with, fills the documented placeholder for current-turn steps nobody can sign,
+    (written once, after the client has the whole answer), puts them back on the exact call
+    or message they came with, fills the documented placeholder for current-turn steps nobody can sign,
     and strips Google metadata from requests to other upstreams.
     Recordings: `gemini_indexless_call_stop`, `gemini_signature_only_delta`,
     `gemini_text_thought_signature`.
@@ -46,6 +46,7 @@ class ReceiptRepair(Repair):
         self._calls: dict[str, dict[str, Any]] = {}
         self._text: dict[int, list[str]] = defaultdict(list)
         self._text_receipts: dict[int, dict[str, Any]] = {}
+        self._captured: dict[str, dict[str, Any]] = {}
 
     async def on_request(self, body: dict[str, Any]) -> bool:
         messages = body.get("messages")
@@ -86,8 +87,11 @@ class ReceiptRepair(Repair):
             text = "".join(self._text[index])
             if text.strip():
                 items[injection.text_key(text)] = receipt
-        await self._save(items)
+        self._captured.update(items)
         return []
+
+    async def on_close(self) -> None:
+        await self._save(self._captured)
 
     async def on_response(self, body: dict[str, Any]) -> bool:
         if not self._profile.keeps_receipts:
@@ -106,7 +110,7 @@ class ReceiptRepair(Repair):
             receipt = self._receipt(message, self._profile.text_receipts)
             if not calls and text and receipt:
                 items[injection.text_key(text)] = receipt
-        await self._save(items)
+        self._captured.update(items)
         return False
 
     def _observe(self, index: int, delta: dict[str, Any]) -> None:
