@@ -22,8 +22,8 @@ class ReceiptRepair(Repair):
     provider's name and never sends it, Open WebUI keeps it for one request, OpenAI SDK users
     rebuild messages without `extra_content`. This repair captures receipts from responses
     (written once, after the client has the whole answer), puts them back on the exact call
-    or message they came with, fills the documented placeholder for current-turn steps nobody can sign,
-    and strips Google metadata from requests to other upstreams.
+    or message they came with, fills the documented placeholder for current-turn steps
+    nobody can sign, and strips Google metadata from requests to other upstreams.
     Recordings: `gemini_indexless_call_stop`, `gemini_signature_only_delta`,
     `gemini_text_thought_signature`.
     """
