@@ -79,6 +79,12 @@ class ToolCallSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class HistorySettings:
+    repair: bool = True
+    """Heal the request's tool-call history (orphan results, missing results, duplicates)."""
+
+
+@dataclass(frozen=True, slots=True)
 class RepairSettings:
     enabled: bool = True
     strict: bool = False
@@ -91,6 +97,7 @@ class Settings:
     upstream: UpstreamSettings = field(default_factory=UpstreamSettings)
     tool_calls: ToolCallSettings = field(default_factory=ToolCallSettings)
     signatures: SignatureSettings = field(default_factory=SignatureSettings)
+    history: HistorySettings = field(default_factory=HistorySettings)
     repairs: RepairSettings = field(default_factory=RepairSettings)
 
     @classmethod

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from proxy.exchange import Exchange
 from proxy.pipeline import Repair
+from proxy.repairs.call_ids import ReusedCallIdRepair
 from proxy.repairs.finish_reason import FinishReasonRepair
+from proxy.repairs.history import HistoryRepair
 from proxy.repairs.receipts import ReceiptRepair
 from proxy.repairs.role import SingleRoleRepair
 from proxy.repairs.tool_calls import ToolCallRepair
@@ -15,18 +17,23 @@ from proxy.store import ReceiptStore
 def default_repairs(settings: Settings, exchange: Exchange, store: ReceiptStore) -> list[Repair]:
     """A fresh chain for one exchange, in this order:
 
-    1. ToolCallRepair first: it turns whatever the upstream sent into whole calls, which is
-       what every later repair reasons about.
-    2. SingleRoleRepair after it, so the chunks it emits are seen with their roles.
-    3. FinishReasonRepair: it must see the calls that ToolCallRepair emits (even the ones
-       it only emits at stream end) to know that "stop" means "tool_calls".
-    4. ReceiptRepair last: it keys receipts by the call ids exactly as the client receives
+    0. HistoryRepair (request side only) heals the history before anything reads its ids.
+    1. ToolCallRepair turns whatever the upstream sent into whole calls, which is what every
+       later repair reasons about.
+    2. ReusedCallIdRepair sees each call's id once it is final, and before anyone keeps it.
+    3. SingleRoleRepair, so the chunks emitted above are seen with their roles.
+    4. FinishReasonRepair must see the calls that ToolCallRepair emits (even the ones it only
+       emits at stream end) to know that "stop" means "tool_calls".
+    5. ReceiptRepair last: it keys receipts by the call ids exactly as the client receives
        them, so it watches the final output, and its store write happens at the very end.
     """
     if not settings.repairs.enabled:
         return []
+    history: list[Repair] = [HistoryRepair(exchange)] if settings.history.repair else []
     return [
+        *history,
         ToolCallRepair(exchange, emit=settings.tool_calls.emit),
+        ReusedCallIdRepair(exchange),
         SingleRoleRepair(),
         FinishReasonRepair(),
         ReceiptRepair(
