@@ -13,6 +13,8 @@ from urllib.parse import urlsplit
 Path = tuple[str, ...]
 
 SIGNATURE: Path = ("extra_content", "google", "thought_signature")
+# Reported for Vertex's OpenAI endpoint; captured and returned the same way when it appears.
+VERTEX_SIGNATURE: Path = ("extra_content", "vertex", "thought_signature")
 
 # Google documents this value for history it cannot validate (another model's trace, a lost
 # signature): the request is accepted without the signature check.
@@ -26,8 +28,8 @@ class ProviderProfile:
     """Fields of a tool call that the upstream hands out and needs back unchanged."""
     text_receipts: tuple[Path, ...] = ()
     """Fields of a text-only assistant message that the upstream needs back."""
-    first_call_placeholder: str | None = None
-    """Value for a current-turn step whose first call has no receipt anywhere."""
+    first_call_placeholder: tuple[Path, str] | None = None
+    """Where and what to put for a current-turn step whose first call has no receipt."""
     foreign_metadata: tuple[Path, ...] = ()
     """Fields another provider issued that this upstream must never receive."""
 
@@ -37,11 +39,11 @@ class ProviderProfile:
 
 
 _GOOGLE = {
-    "call_receipts": (SIGNATURE,),
-    "text_receipts": (SIGNATURE,),
-    "first_call_placeholder": SKIP_SIGNATURE_VALIDATOR,
+    "call_receipts": (SIGNATURE, VERTEX_SIGNATURE),
+    "text_receipts": (SIGNATURE, VERTEX_SIGNATURE),
+    "first_call_placeholder": (SIGNATURE, SKIP_SIGNATURE_VALIDATOR),
 }
-_NOT_GOOGLE = {"foreign_metadata": (("extra_content", "google"),)}
+_NOT_GOOGLE = {"foreign_metadata": (("extra_content", "google"), ("extra_content", "vertex"))}
 
 PROFILES: dict[str, ProviderProfile] = {
     "gemini": ProviderProfile("gemini", **_GOOGLE),

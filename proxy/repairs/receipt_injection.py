@@ -16,9 +16,21 @@ def call_key(call_id: str) -> str:
     return f"call:{call_id}"
 
 
-def text_key(text: str) -> str:
-    """Text turns have no id: the assistant text itself, hashed, names them."""
-    return "text:" + hashlib.sha256(text.strip().encode()).hexdigest()[:32]
+def text_key(text: str, prompt: str) -> str:
+    """Text turns have no id: the assistant text and the user text it answered, hashed, name
+    them (the same answer to different questions keeps its own receipt)."""
+    digest = hashlib.sha256(f"{prompt.strip()}\x1f{text.strip()}".encode()).hexdigest()
+    return "text:" + digest[:32]
+
+
+def last_user_text(messages: list[Any]) -> str:
+    """The newest user text in `messages`: what an answer that follows them replies to."""
+    for message in reversed(messages):
+        if isinstance(message, dict) and message.get("role") == "user":
+            text = message_text(message)
+            if text:
+                return text
+    return ""
 
 
 def message_text(message: Message) -> str | None:
@@ -31,10 +43,16 @@ def message_text(message: Message) -> str | None:
     return None
 
 
-def assistant_messages(messages: list[Any]) -> Iterator[Message]:
+def assistant_messages(messages: list[Any]) -> Iterator[tuple[Message, str]]:
+    """Each assistant message with the user text it answers."""
+    prompt = ""
     for message in messages:
-        if isinstance(message, dict) and message.get("role") == "assistant":
-            yield message
+        if not isinstance(message, dict):
+            continue
+        if message.get("role") == "user":
+            prompt = message_text(message) or prompt
+        elif message.get("role") == "assistant":
+            yield message, prompt
 
 
 def calls_of(message: Message) -> list[dict[str, Any]]:
@@ -45,14 +63,14 @@ def calls_of(message: Message) -> list[dict[str, Any]]:
 def wanted_keys(messages: list[Any], profile: ProviderProfile) -> list[str]:
     """Store keys for every assistant call or text turn that lacks one of its receipts."""
     keys: list[str] = []
-    for message in assistant_messages(messages):
+    for message, prompt in assistant_messages(messages):
         calls = calls_of(message)
         for call in calls:
             if isinstance(call.get("id"), str) and _lacks(call, profile.call_receipts):
                 keys.append(call_key(call["id"]))
         text = message_text(message)
         if not calls and text and _lacks(message, profile.text_receipts):
-            keys.append(text_key(text))
+            keys.append(text_key(text, prompt))
     return keys
 
 
@@ -60,14 +78,15 @@ def inject(messages: list[Any], profile: ProviderProfile, found: dict[str, dict[
     """Put stored receipts back on exactly the call or message they came with; a value the
     client sent is never replaced. Returns how many fields were put back."""
     injected = 0
-    for message in assistant_messages(messages):
+    for message, prompt in assistant_messages(messages):
         calls = calls_of(message)
         for call in calls:
-            receipt = found.get(call_key(call["id"])) if isinstance(call.get("id"), str) else None
-            injected += _apply(call, profile.call_receipts, receipt)
+            if _lacks(call, profile.call_receipts) and isinstance(call.get("id"), str):
+                injected += _apply(call, profile.call_receipts, found.get(call_key(call["id"])))
         text = message_text(message)
-        if not calls and text:
-            injected += _apply(message, profile.text_receipts, found.get(text_key(text)))
+        if not calls and text and _lacks(message, profile.text_receipts):
+            receipt = found.get(text_key(text, prompt))
+            injected += _apply(message, profile.text_receipts, receipt)
     return injected
 
 
@@ -75,14 +94,14 @@ def fill_current_turn(messages: list[Any], profile: ProviderProfile) -> int:
     """The upstream validates only the current turn (after the newest user message with real
     text), where the first call of every step must carry its receipt. Put the documented
     placeholder where none exists anywhere. Returns how many were put."""
-    placeholder = profile.first_call_placeholder
-    if placeholder is None:
+    if profile.first_call_placeholder is None:
         return 0
+    path, placeholder = profile.first_call_placeholder
     put = 0
-    for message in assistant_messages(messages[_current_turn_start(messages) :]):
+    for message, _ in assistant_messages(messages[_current_turn_start(messages) :]):
         calls = calls_of(message)
-        if calls:
-            put += sum(set_path(calls[0], path, placeholder) for path in profile.call_receipts)
+        if calls and _lacks(calls[0], profile.call_receipts):
+            put += set_path(calls[0], path, placeholder)
     return put
 
 
@@ -106,7 +125,8 @@ def _current_turn_start(messages: list[Any]) -> int:
 
 
 def _lacks(target: dict[str, Any], paths: tuple[tuple[str, ...], ...]) -> bool:
-    return any(get_path(target, path) is None for path in paths)
+    """Carries none of its receipts (a client that kept one kept the one that matters)."""
+    return all(get_path(target, path) is None for path in paths)
 
 
 def _apply(target: dict[str, Any], paths: tuple[tuple[str, ...], ...], receipt: Any) -> int:

@@ -86,7 +86,7 @@ class ReceiptRepair(Repair):
         for index, receipt in self._text_receipts.items():
             text = "".join(self._text[index])
             if text.strip():
-                items[injection.text_key(text)] = receipt
+                items[injection.text_key(text, self._prompt())] = receipt
         self._captured.update(items)
         return []
 
@@ -109,9 +109,13 @@ class ReceiptRepair(Repair):
             text = injection.message_text(message)
             receipt = self._receipt(message, self._profile.text_receipts)
             if not calls and text and receipt:
-                items[injection.text_key(text)] = receipt
+                items[injection.text_key(text, self._prompt())] = receipt
         self._captured.update(items)
         return False
+
+    def _prompt(self) -> str:
+        messages = self._exchange.request.get("messages")
+        return injection.last_user_text(messages if isinstance(messages, list) else [])
 
     def _observe(self, index: int, delta: dict[str, Any]) -> None:
         content = delta.get("content")

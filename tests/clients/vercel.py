@@ -76,6 +76,10 @@ def ensure_node_modules() -> None:
         STAMP.write_text(_lock_hash())
 
 
+# What run_vercel() has always returned; the agent run reports more (see run_vercel_agent).
+RESULT_KEYS = ("toolCalls", "errors", "finishReason", "text", "rawFinishReason")
+
+
 def run_vercel(
     sdk: str,
     base_url: str,
@@ -91,12 +95,6 @@ def run_vercel(
     "finishReason": str | None, "text": str, "rawFinishReason": str | None}.
     `tools` are {"name", "description", "parameters": JSON schema}.
     """
-    if sdk not in SDK_VERSIONS:
-        raise ValueError(f"unknown sdk {sdk!r}; expected one of {sorted(SDK_VERSIONS)}")
-    ensure_node_modules()
-    node = shutil.which("node")
-    if node is None:
-        raise VercelDriverError("node not found on PATH")
     request = {
         "sdk": sdk,
         "baseURL": base_url,
@@ -105,6 +103,60 @@ def run_vercel(
         "prompt": prompt,
         "tools": tools,
     }
+    result = _run_driver(request, timeout)
+    return {key: result[key] for key in RESULT_KEYS}
+
+
+def run_vercel_agent(
+    sdk: str,
+    base_url: str,
+    model: str,
+    tools: list[dict[str, Any]],
+    *,
+    execute: dict[str, Any],
+    max_steps: int,
+    prompt: str = "go",
+    messages: list[dict[str, Any]] | None = None,
+    api_key: str = "test-key",
+    timeout: float = 90,
+) -> dict[str, Any]:
+    """Run the SDK's own agent loop: tools named in `execute` return that result, and
+    `streamText` continues until `stopWhen: stepCountIs(max_steps)` or a step without calls.
+
+    `messages` (ModelMessage JSON, e.g. an earlier run's "responseMessages" plus a new user
+    message) replaces `prompt`. Returns run_vercel()'s keys (toolCalls and text over all
+    steps) plus:
+      "steps": [{"toolCalls": [{"toolCallId", "toolName", "input", "providerMetadata"}],
+                 "toolResults": [{"toolCallId", "toolName", "output"}], "text",
+                 "finishReason", "rawFinishReason"}], one per model call that finished;
+      "apiErrors": [{"name", "status", "body", "url"}], the HTTP errors (APICallError) the
+                 endpoint answered with (each is in "errors" as a string too);
+      "responseMessages": the run's response messages, to continue the conversation.
+    """
+    request: dict[str, Any] = {
+        "sdk": sdk,
+        "baseURL": base_url,
+        "model": model,
+        "apiKey": api_key,
+        "tools": tools,
+        "execute": execute,
+        "maxSteps": max_steps,
+    }
+    if messages is not None:
+        request["messages"] = messages
+    else:
+        request["prompt"] = prompt
+    return _run_driver(request, timeout)
+
+
+def _run_driver(request: dict[str, Any], timeout: float) -> dict[str, Any]:
+    sdk = request["sdk"]
+    if sdk not in SDK_VERSIONS:
+        raise ValueError(f"unknown sdk {sdk!r}; expected one of {sorted(SDK_VERSIONS)}")
+    ensure_node_modules()
+    node = shutil.which("node")
+    if node is None:
+        raise VercelDriverError("node not found on PATH")
     try:
         proc = subprocess.run(
             [node, str(DRIVER)],

@@ -3,9 +3,23 @@
 // opencode would see from a stream our proxy produced.
 //
 // stdin:  {"sdk": "v1"|"v2"|"v3", "baseURL", "model", "apiKey", "prompt",
-//          "tools": [{"name", "description", "parameters": <JSON schema>}]}
+//          "tools": [{"name", "description", "parameters": <JSON schema>}],
+//          optional:
+//          "messages": [<ModelMessage>]  instead of "prompt" (e.g. a previous run's
+//                                        "responseMessages" plus a new user message),
+//          "execute": {"toolName": <result JSON>}  tools named here get an `execute`
+//                                        returning that result, so the SDK runs an agent loop,
+//          "maxSteps": N                 stopWhen: stepCountIs(N) (default: ai's, 1 step)}
 // stdout: one JSON line {"toolCalls", "errors", "finishReason", "text",
-//          "rawFinishReason"}; exit 0 whenever that line was printed.
+//          "rawFinishReason", "steps", "apiErrors", "responseMessages"}; exit 0
+//          whenever that line was printed.
+//   toolCalls, text: over all steps; finishReason, rawFinishReason: of the whole run.
+//   steps: [{"toolCalls", "toolResults", "text", "finishReason", "rawFinishReason"}] per
+//          model call that finished (a call that failed has no entry); a step's toolCalls
+//          also carry "providerMetadata" (e.g. {"custom": {"thoughtSignature": …}}).
+//   apiErrors: [{"name", "status", "body", "url"}] for every APICallError (an HTTP error
+//          from the endpoint; also listed as a string in "errors").
+//   responseMessages: the run's response messages (ModelMessage JSON), [] when unavailable.
 
 // Each release pair is installed under npm aliases (see package.json).
 const SDKS = {
@@ -31,42 +45,77 @@ async function readStdin() {
   return JSON.parse(data);
 }
 
+function apiError(error) {
+  // APICallError (any ai major): statusCode, responseBody, url. A RetryError wraps the
+  // last one; maxRetries is 0 here, but unwrap anyway.
+  const candidates = [error, error?.lastError, error?.cause];
+  for (const e of candidates) {
+    if (e && typeof e === "object" && typeof e.statusCode === "number") {
+      return { name: e.name ?? null, status: e.statusCode, body: e.responseBody ?? null, url: e.url ?? null };
+    }
+  }
+  return null;
+}
+
 async function main() {
   const req = await readStdin();
   const names = SDKS[req.sdk];
   if (!names) throw new Error(`unknown sdk ${JSON.stringify(req.sdk)}; use one of ${Object.keys(SDKS)}`);
   const { createOpenAICompatible } = await import(names.provider);
-  const { streamText, tool, jsonSchema } = await import(names.ai);
+  const ai = await import(names.ai);
+  const { streamText, tool, jsonSchema } = ai;
+  // ai 5 and 6 name it stepCountIs; ai 7 calls it isStepCount and keeps stepCountIs as an alias.
+  const stepCountIs = ai.stepCountIs ?? ai.isStepCount;
 
   const provider = createOpenAICompatible({ name: "custom", baseURL: req.baseURL, apiKey: req.apiKey });
-  // No `execute`: the SDK only parses and validates the calls, like a client
+  // Without `execute` the SDK only parses and validates the calls, like a client
   // that hands them back to the app. ai 5, 6 and 7 all name the schema `inputSchema`.
+  const execute = req.execute ?? {};
   const tools = Object.fromEntries(
     (req.tools ?? []).map((t) => [
       t.name,
       tool({
         description: t.description ?? "",
         inputSchema: jsonSchema(t.parameters ?? { type: "object", properties: {} }),
+        ...(Object.hasOwn(execute, t.name) ? { execute: async () => execute[t.name] } : {}),
       }),
     ]),
   );
 
-  const out = { toolCalls: [], errors: [], finishReason: null, text: "", rawFinishReason: null };
+  const out = {
+    toolCalls: [],
+    errors: [],
+    finishReason: null,
+    text: "",
+    rawFinishReason: null,
+    steps: [],
+    apiErrors: [],
+    responseMessages: [],
+  };
   const invalidIds = new Set();
+  const newStep = () => ({ toolCalls: [], toolResults: [], text: "", finishReason: null, rawFinishReason: null });
+  let step = newStep();
+  let result;
+  let threw = false;
   try {
-    const result = streamText({
+    result = streamText({
       model: provider(req.model),
-      prompt: req.prompt ?? "go",
+      ...(req.messages ? { messages: req.messages } : { prompt: req.prompt ?? "go" }),
       tools,
       maxRetries: 0,
+      ...(req.maxSteps ? { stopWhen: stepCountIs(req.maxSteps) } : {}),
       // Errors are collected from the stream parts below; the default handler
       // would only print them to stderr.
       onError: () => {},
     });
     for await (const part of result.fullStream) {
       switch (part.type) {
+        case "start-step":
+          step = newStep();
+          break;
         case "text-delta":
           out.text += part.text;
+          step.text += part.text;
           break;
         case "tool-call":
           // ai 5+ reports unparseable input, schema failures and unknown tools
@@ -77,8 +126,14 @@ async function main() {
               `invalid tool call ${part.toolName} (${part.toolCallId}): ${message(part.error)}`,
             );
           } else {
-            out.toolCalls.push({ toolCallId: part.toolCallId, toolName: part.toolName, input: part.input });
+            const call = { toolCallId: part.toolCallId, toolName: part.toolName, input: part.input };
+            out.toolCalls.push(call);
+            // Per step also what the provider attached (the custom provider's name is the key).
+            step.toolCalls.push({ ...call, providerMetadata: part.providerMetadata ?? null });
           }
+          break;
+        case "tool-result":
+          step.toolResults.push({ toolCallId: part.toolCallId, toolName: part.toolName, output: part.output });
           break;
         case "tool-error":
           // Without execute, tool-error only repeats an invalid call: report it once.
@@ -86,8 +141,17 @@ async function main() {
             out.errors.push(`tool error ${part.toolName} (${part.toolCallId}): ${message(part.error)}`);
           }
           break;
-        case "error":
+        case "error": {
           out.errors.push(message(part.error));
+          const api = apiError(part.error);
+          if (api) out.apiErrors.push(api);
+          break;
+        }
+        case "finish-step":
+          step.finishReason = part.finishReason ?? null;
+          step.rawFinishReason = part.rawFinishReason ?? null;
+          out.steps.push(step);
+          step = newStep();
           break;
         case "finish":
           out.finishReason = part.finishReason ?? null;
@@ -97,7 +161,30 @@ async function main() {
       }
     }
   } catch (error) {
+    threw = true;
     out.errors.push(`stream threw: ${message(error)}`);
+    const api = apiError(error);
+    if (api) out.apiErrors.push(api);
+  }
+  if (result && !threw) {
+    // After a thrown stream the response promise may never settle (node would then exit
+    // without printing), so it is only read after a stream that ended, and never waited on
+    // for long.
+    let timer;
+    const timeout = new Promise((resolve) => {
+      timer = setTimeout(() => resolve(null), 2000);
+    });
+    try {
+      // ai 7 has responseMessages (and deprecates response.messages); ai 5 and 6 only the latter.
+      const messages = result.responseMessages
+        ? result.responseMessages
+        : Promise.resolve(result.response).then((response) => response.messages);
+      out.responseMessages = (await Promise.race([messages, timeout])) ?? [];
+    } catch {
+      // A run that failed before any step finished has no response to report.
+    } finally {
+      clearTimeout(timer);
+    }
   }
   process.stdout.write(JSON.stringify(out) + "\n");
 }

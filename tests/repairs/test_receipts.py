@@ -38,15 +38,22 @@ class Harness:
         self.tenant = tenant
         self.placeholder = placeholder
 
-    def repair(self, tenant: str | None = None) -> tuple[ReceiptRepair, Exchange]:
+    def repair(
+        self, tenant: str | None = None, messages: list | None = None
+    ) -> tuple[ReceiptRepair, Exchange]:
         exchange = Exchange(
-            "r", profile=self.profile, scope=ReceiptScope(tenant or self.tenant, "u")
+            "r",
+            request={"messages": messages or []},
+            profile=self.profile,
+            scope=ReceiptScope(tenant or self.tenant, "u"),
         )
         repair = ReceiptRepair(exchange, self.store, placeholder_on_miss=self.placeholder)
         return repair, exchange
 
-    def stream(self, chunks: list[dict], tenant: str | None = None) -> Exchange:
-        repair, exchange = self.repair(tenant)
+    def stream(
+        self, chunks: list[dict], tenant: str | None = None, messages: list | None = None
+    ) -> Exchange:
+        repair, exchange = self.repair(tenant, messages)
         for chunk in chunks:
             assert repair.on_chunk(copy.deepcopy(chunk)) is None  # capture never edits
         asyncio.run(repair.on_end())
@@ -179,7 +186,7 @@ def test_text_turn_signature_round_trips_by_text() -> None:
     h = Harness()
     text = load_transcript("gemini_text_thought_signature")
     chunks = [c for c in stream_chunks(text.sse) if isinstance(c, dict)]
-    h.stream(chunks)
+    h.stream(chunks, messages=[{"role": "user", "content": "q"}])
     answer = "".join(
         (c["choices"][0]["delta"].get("content") or "") for c in chunks if c.get("choices")
     )
@@ -261,3 +268,46 @@ def test_capture_ignores_unsigned_streams() -> None:
     h = Harness()
     h.stream([call_chunk(signed("u"))])
     assert len(h.store) == 0
+
+
+def text_answer(text: str, signature: str) -> list[dict]:
+    return [
+        {"choices": [{"index": 0, "delta": {"role": "assistant", "content": text}}]},
+        {
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {
+                        "content": None,
+                        "extra_content": {"google": {"thought_signature": signature}},
+                    },
+                    "finish_reason": "stop",
+                }
+            ]
+        },
+    ]
+
+
+def test_the_same_answer_to_different_questions_keeps_its_own_signature() -> None:
+    h = Harness()
+    q1, q2 = {"role": "user", "content": "one"}, {"role": "user", "content": "two"}
+    answer = {"role": "assistant", "content": "Done."}
+    h.stream(text_answer("Done.", "SIG-1"), messages=[q1])
+    h.stream(text_answer("Done.", "SIG-2"), messages=[q1, answer, q2])
+    history = [q1, dict(answer), q2, dict(answer), {"role": "user", "content": "three"}]
+    messages, _ = h.request(history)
+    assert [signature_of(m) for m in messages if m["role"] == "assistant"] == ["SIG-1", "SIG-2"]
+
+
+def test_vertex_namespace_is_captured_returned_and_kept_from_other_upstreams() -> None:
+    h = Harness(profile=PROFILES["vertex"])
+    vertex_call = signed("v1")
+    vertex_call["extra_content"] = {"vertex": {"thought_signature": "SIG-V"}}
+    h.stream([call_chunk(vertex_call)])
+    messages, _ = h.request(follow_up(signed("v1")))
+    call = messages[1]["tool_calls"][0]
+    assert call["extra_content"] == {"vertex": {"thought_signature": "SIG-V"}}  # no placeholder
+
+    other = Harness(profile=PROFILES["openai"])
+    stripped, _ = other.request(follow_up(vertex_call))
+    assert "extra_content" not in stripped[1]["tool_calls"][0]
