@@ -25,6 +25,7 @@ class ToolCall:
     """The client has been sent this call's opening delta (or the whole call)."""
     sent_fragments: int = 0
     sent_extra_content: dict[str, Any] | None = None
+    upstream_indexes: set[int] = field(default_factory=set)
 
     @property
     def arguments(self) -> str:
@@ -67,6 +68,7 @@ class CallAssembler:
         self.calls: list[ToolCall] = []
         self._by_id: dict[str, ToolCall] = {}
         self._by_upstream_index: dict[int, ToolCall] = {}
+        self._opened: ToolCall | None = None
 
     def add(self, entries: list[Any]) -> list[ToolCall]:
         """Merge one delta's `tool_calls` entries; return the calls they touched, in order."""
@@ -76,19 +78,25 @@ class CallAssembler:
         for position, entry in enumerate(dicts):
             call = self._match(entry, position if positional else None)
             call.merge(entry)
-            if call.id is not None:
-                self._by_id.setdefault(call.id, call)
+            if isinstance(entry.get("index"), int):
+                call.upstream_indexes.add(entry["index"])
+            if call.id is not None and (call is self._opened or call.id not in self._by_id):
+                self._by_id[call.id] = call  # a reused id now means its newest call
             if call not in touched:
                 touched.append(call)
         return touched
 
     def _match(self, entry: dict[str, Any], position: int | None) -> ToolCall:
         call_id = entry.get("id")
+        index = entry.get("index")
+        index = index if isinstance(index, int) and not isinstance(index, bool) else None
         if _nonempty_str(call_id):
             # By id first: Vertex changes `index` for one id, and ids are what calls are.
-            return self._by_id.get(call_id) or self._open(entry)
-        index = entry.get("index")
-        if isinstance(index, int) and not isinstance(index, bool):
+            known = self._by_id.get(call_id)
+            if known is None or _reuses_id(entry, index, known):
+                return self._open(entry)
+            return known
+        if index is not None:
             return self._by_upstream_index.get(index) or self._open(entry)
         if position is not None and position < len(self.calls):
             return self.calls[position]  # several indexless entries continue the open calls
@@ -105,14 +113,29 @@ class CallAssembler:
         else:
             call = ToolCall(index=len(self.calls))
             self.calls.append(call)
+        self._opened = call
         index = entry.get("index")
         if isinstance(index, int) and not isinstance(index, bool):
             self._by_upstream_index[index] = call
+            call.upstream_indexes.add(index)
         return call
 
 
 def _nonempty_str(value: Any) -> bool:
     return isinstance(value, str) and value != ""
+
+
+def _reuses_id(entry: dict[str, Any], index: int | None, known: ToolCall) -> bool:
+    """A complete call's id opening a call under a new index is a second call with the same
+    id (an upstream numbering badly), not Vertex moving one call's index mid-way."""
+    function = entry.get("function")
+    named = isinstance(function, dict) and _nonempty_str(function.get("name"))
+    return (
+        named
+        and index is not None
+        and index not in known.upstream_indexes
+        and known.arguments_complete()
+    )
 
 
 def _carries_only_extra_content(entry: dict[str, Any]) -> bool:

@@ -26,6 +26,7 @@ class HistoryRepair(Repair):
     def __init__(self, exchange: Exchange) -> None:
         self._exchange = exchange
         self._changes = 0
+        self._ids_used: set[str] = set()  # by earlier blocks of this request
 
     async def on_request(self, body: dict[str, Any]) -> bool:
         messages = body.get("messages")
@@ -57,6 +58,7 @@ class HistoryRepair(Repair):
         return out
 
     def _heal_block(self, assistant: dict[str, Any], results: list[dict[str, Any]]) -> list[Any]:
+        changes_before = self._changes
         ids = self._unique_call_ids(assistant)
         # The k-th result carrying an id answers the k-th call that had that id.
         wanted: dict[str, list[str]] = {}
@@ -83,26 +85,36 @@ class HistoryRepair(Repair):
             if final not in answered:
                 self._change("history_missing_result_added", "call %r had no result", final)
                 healed.append({"role": "tool", "tool_call_id": final, "content": NO_RESULT})
-        return healed
+        return healed if self._changes > changes_before else results
 
     def _change(self, kind: str, message: str, *args: Any) -> None:
         self._changes += 1
         self._exchange.note(kind, message, *args)
 
     def _unique_call_ids(self, assistant: dict[str, Any]) -> list[tuple[str, str]]:
-        """(id as sent, id to use) per call; later duplicates get a new id, in place."""
+        """(id as sent, id to use) per call. An id already used, earlier in this message or by
+        an earlier block (Kimi's per-round ids stored by a client that kept them), gets a new
+        one, in place; Moonshot rejects a request that repeats an id."""
         seen: Counter[str] = Counter()
         pairs = []
         for call in _calls(assistant):
             original = call["id"]
             seen[original] += 1
             final = original
-            if seen[original] > 1:
-                final = generated_call_id("duplicate", original, seen[original])
+            if seen[original] > 1 or original in self._ids_used:
+                final = self._fresh_id(original)
                 call["id"] = final
                 self._change("history_duplicate_id_renamed", "%r -> %r", original, final)
             pairs.append((original, final))
+        self._ids_used.update(final for _, final in pairs)
         return pairs
+
+    def _fresh_id(self, original: str) -> str:
+        attempt = 0
+        while (candidate := generated_call_id("duplicate", original, attempt)) in self._ids_used:
+            attempt += 1
+        self._ids_used.add(candidate)
+        return candidate
 
 
 def _is_tool_result(message: Any) -> bool:

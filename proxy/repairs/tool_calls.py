@@ -66,7 +66,12 @@ class ToolCallRepair(Repair):
             calls = message.get("tool_calls") if isinstance(message, dict) else None
             if isinstance(calls, list) and calls:
                 before = orjson.dumps(calls)
-                kept = [call for call in calls if self._complete_message_call(choice, call)]
+                self._envelope = envelope(body)
+                kept = [
+                    call
+                    for position, call in enumerate(calls)
+                    if self._complete_message_call(choice, position, call)
+                ]
                 self._repair_message_arguments(kept)
                 message["tool_calls"] = kept
                 changed |= orjson.dumps(kept) != before
@@ -163,7 +168,7 @@ class ToolCallRepair(Repair):
             self._exchange.count("tool_call_name_inferred")
         call.name = name
         if call.id is None:
-            call.id = self._generated_id(choice, call)
+            call.id = self._seeded_id(choice, call.index, name, call.arguments)
             self._exchange.count("tool_call_id_generated")
         entry: dict[str, Any] = {
             "index": call.index,
@@ -178,7 +183,7 @@ class ToolCallRepair(Repair):
         call.sent_extra_content = call.extra_content
         return entry
 
-    def _complete_message_call(self, choice: dict[str, Any], call: Any) -> bool:
+    def _complete_message_call(self, choice: dict[str, Any], position: int, call: Any) -> bool:
         """Non-streaming: give a message's call its type and id; False drops a nameless call."""
         if not isinstance(call, dict):
             return True  # not ours to judge: passed on as received
@@ -194,20 +199,22 @@ class ToolCallRepair(Repair):
             function["name"] = name
         call.setdefault("type", "function")
         if not call.get("id"):
-            call["id"] = generated_call_id(
-                self._exchange.request_id, choice_index(choice), arguments
+            call["id"] = self._seeded_id(
+                choice_index(choice), position, function["name"], arguments
             )
+            self._exchange.count("tool_call_id_generated")
         return True
 
-    def _generated_id(self, choice: int, call: ToolCall) -> str:
+    def _seeded_id(self, choice: int, position: int, name: str, arguments: str) -> str:
+        """Deterministic: replaying the same exchange must give the same ids."""
         messages = self._exchange.request.get("messages")
         return generated_call_id(
             self._envelope.get("id"),
             len(messages) if isinstance(messages, list) else 0,
             choice,
-            call.index,
-            call.name,
-            call.arguments,
+            position,
+            name,
+            arguments,
         )
 
 

@@ -8,7 +8,7 @@ import re
 from proxy.exchange import Exchange
 from proxy.repairs.call_ids import ReusedCallIdRepair
 from tests.fake_upstream import load_transcript
-from tests.streams import assembled_calls, repair_stream
+from tests.streams import assembled_calls, repair_stream, sse
 
 VALID = re.compile(r"[A-Za-z0-9_.:-]{1,40}")
 
@@ -110,3 +110,25 @@ def test_incremental_follow_up_deltas_keep_pointing_at_the_renamed_call() -> Non
     # Renamed when first seen, before read_file:1 arrived: the next number then was 1.
     assert [c["id"] for c in calls] == ["functions.search_web:1", "functions.read_file:1"]
     assert [c["name"] for c in calls] == ["search_web", "read_file"]
+
+
+def test_parallel_calls_sharing_one_id_in_a_stream_both_arrive_renamed() -> None:
+    def entry(index: int, **fields) -> dict:
+        return {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": index, **fields}]}}]}
+
+    same = "functions.search_web:0"
+    opening = {"id": same, "type": "function", "function": {"name": "search_web", "arguments": ""}}
+    body = sse(
+        entry(0, **opening),
+        entry(0, function={"arguments": '{"query":"a"}'}),
+        entry(1, **opening),
+        entry(1, function={"arguments": '{"query":"b"}'}),
+        {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+        "[DONE]",
+    )
+    for emit in ("atomic", "incremental"):
+        calls = assembled_calls(repair_stream(body, {"messages": []}, emit=emit))[0]
+        assert [(c["id"], c["arguments"]) for c in calls] == [
+            (same, '{"query":"a"}'),
+            ("functions.search_web:1", '{"query":"b"}'),
+        ], emit

@@ -126,3 +126,35 @@ def test_a_valid_history_is_never_changed(history: list[dict]) -> None:
     assert not changed
     assert healed == history
     assert not exchange.repairs
+
+
+def test_an_id_reused_by_a_later_block_is_renamed_with_its_result() -> None:
+    history = [USER, assistant("k:0"), result("k:0", "one"), assistant("k:0"), result("k:0", "two")]
+    healed, changed, _ = heal(history)
+    assert changed
+    renamed = healed[3]["tool_calls"][0]["id"]
+    assert renamed != "k:0" and renamed.startswith("call_")
+    assert healed[4] == result(renamed, "two")
+    assert healed[:3] == history[:3]
+
+
+def test_two_messages_repeating_the_same_id_get_distinct_new_ids() -> None:
+    history = [
+        USER,
+        assistant("x", "x"),
+        result("x"),
+        result("x"),
+        assistant("x", "x"),
+        result("x"),
+        result("x"),
+    ]
+    healed, _, _ = heal(history)
+    ids = [c["id"] for m in healed if m["role"] == "assistant" for c in m["tool_calls"]]
+    assert len(set(ids)) == 4
+
+
+def test_results_of_an_untouched_block_keep_their_order() -> None:
+    history = [USER, assistant("a", "b"), result("b"), result("a"), assistant("c"), USER]
+    healed, changed, _ = heal(history)
+    assert changed
+    assert healed[2:4] == [result("b"), result("a")]
