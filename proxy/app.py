@@ -22,6 +22,7 @@ from proxy.exchange import Exchange
 from proxy.metrics import Metrics
 from proxy.pipeline import RepairChain, repaired_stream
 from proxy.profiles import profile_for
+from proxy.recording import CASSETTE, UPSTREAM_LIMITS, upstream_transport
 from proxy.repairs import default_repairs
 from proxy.settings import Settings
 from proxy.sse import EventTooLarge, SSEDecoder
@@ -45,7 +46,7 @@ class Proxy:
 
     def __init__(self, settings: Settings, transport: httpx.AsyncBaseTransport | None = None):
         self.settings = settings
-        self._transport = transport
+        self._transport = transport or upstream_transport(settings)
         self.client: httpx.AsyncClient | None = None
         self.store: ReceiptStore = open_store(settings.signatures)
         self.metrics = Metrics()
@@ -53,11 +54,10 @@ class Proxy:
 
     @asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=200)
         async with httpx.AsyncClient(
             transport=self._transport,
             timeout=client_timeout(self.settings.upstream),
-            limits=limits,
+            limits=UPSTREAM_LIMITS,
             follow_redirects=False,
         ) as client:
             self.client = client
@@ -216,6 +216,9 @@ class Proxy:
             body = None
         if isinstance(body, dict) and await chain.on_response(body):
             raw = orjson.dumps(body)
+        if (recording := upstream.extensions.get(CASSETTE)) is not None:
+            recording.sent(raw)
+            recording.save()
         return Response(
             raw,
             status_code=upstream.status_code,
@@ -230,13 +233,19 @@ async def _closing(
     on_close: Callable[[], None] = lambda: None,
 ) -> AsyncIterator[bytes]:
     """Close the upstream response in the generator's own `finally`: on a client disconnect
-    Starlette may never run a `background=` task."""
+    Starlette may never run a `background=` task. A recording transport also gets to see
+    what the client was sent."""
+    recording = upstream.extensions.get(CASSETTE)
     try:
         async for part in body:
+            if recording is not None:
+                recording.sent(part)
             yield part
     finally:
         await upstream.aclose()
         on_close()
+        if recording is not None:
+            recording.save()
 
 
 def create_app(settings: Settings, transport: httpx.AsyncBaseTransport | None = None) -> Starlette:

@@ -85,6 +85,24 @@ class HistorySettings:
 
 
 @dataclass(frozen=True, slots=True)
+class RecordingSettings:
+    record_dir: str = ""
+    """Write one cassette per exchange here (live traffic still flows)."""
+    replay_dir: str = ""
+    """Serve upstream answers from the cassettes here, with no network."""
+    replay_timing: bool = False
+    """Replay chunks with their recorded arrival times instead of at once."""
+    secret_headers: tuple[str, ...] = ()
+    """Extra request/response headers never written to a cassette (credentials always are not)."""
+
+    def __post_init__(self) -> None:
+        if self.record_dir and self.replay_dir:
+            raise ConfigError("recording: record_dir and replay_dir cannot both be set")
+        if not all(isinstance(name, str) for name in self.secret_headers):
+            raise ConfigError("recording.secret_headers: must be a list of header names")
+
+
+@dataclass(frozen=True, slots=True)
 class RepairSettings:
     enabled: bool = True
     strict: bool = False
@@ -98,6 +116,7 @@ class Settings:
     tool_calls: ToolCallSettings = field(default_factory=ToolCallSettings)
     signatures: SignatureSettings = field(default_factory=SignatureSettings)
     history: HistorySettings = field(default_factory=HistorySettings)
+    recording: RecordingSettings = field(default_factory=RecordingSettings)
     repairs: RepairSettings = field(default_factory=RepairSettings)
 
     @classmethod
@@ -176,6 +195,11 @@ def _replace_checked(section: str, current: Any, items: Mapping[str, Any]) -> An
 
 def _convert(key: str, type_name: Any, value: Any) -> Any:
     """Values from the environment arrive as strings; TOML values arrive typed."""
+    if str(type_name).startswith("tuple"):
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, list | tuple):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        return tuple(item.strip() if isinstance(item, str) else item for item in items if item)
     kind = {"int": int, "float": float, "bool": bool, "str": str}.get(str(type_name))
     if kind is None:
         return value

@@ -1,0 +1,178 @@
+"""The cassette: one recorded exchange, as diff-friendly JSON.
+
+A cassette keeps the request as it went upstream (credentials removed), the upstream's status,
+headers and body as the raw byte chunks it arrived in, with their arrival times, and the bytes
+the client was sent. Chunks are text where they are valid UTF-8 (one JSON string per chunk, so
+a diff shows which event changed) and base64 where a chunk boundary split a character.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlencode
+
+import orjson
+
+FORMAT = "streamfix-cassette/1"
+
+# Never written to a cassette, whatever the configuration says.
+SECRET_HEADERS = frozenset(
+    {
+        "authorization",
+        "proxy-authorization",
+        "x-api-key",
+        "api-key",
+        "x-goog-api-key",
+        "cookie",
+        "set-cookie",
+    }
+)
+# Per-connection or per-run noise that would make every re-recording a diff.
+NOISY_HEADERS = frozenset(
+    {"host", "content-length", "connection", "transfer-encoding", "date", "x-request-id"}
+)
+# Query parameters that carry credentials (Google's `?key=`).
+SECRET_QUERY = frozenset({"key", "api_key", "api-key", "access_token"})
+
+# Request fields left out of the match: clients vary them between runs of the same request.
+VOLATILE_FIELDS = ("user", "metadata", "store", "prompt_cache_key", "safety_identifier")
+
+
+@dataclass
+class Chunk:
+    at: float
+    """Seconds since the upstream's response headers arrived."""
+    data: bytes
+
+    def to_json(self) -> dict[str, Any]:
+        try:
+            return {"at": round(self.at, 6), "text": self.data.decode("utf-8")}
+        except UnicodeDecodeError:
+            return {"at": round(self.at, 6), "base64": base64.b64encode(self.data).decode()}
+
+    @classmethod
+    def from_json(cls, item: dict[str, Any]) -> Chunk:
+        if "text" in item:
+            return cls(item["at"], item["text"].encode("utf-8"))
+        return cls(item["at"], base64.b64decode(item["base64"]))
+
+
+@dataclass
+class Cassette:
+    method: str
+    path: str
+    """Relative to the upstream base URL, e.g. `chat/completions`."""
+    query: str
+    request_headers: dict[str, str]
+    request_body: bytes
+    status: int = 0
+    response_headers: dict[str, str] = field(default_factory=dict)
+    chunks: list[Chunk] = field(default_factory=list)
+    client_body: bytes = b""
+    file: Path | None = None
+
+    @property
+    def body_json(self) -> Any:
+        try:
+            return orjson.loads(self.request_body)
+        except orjson.JSONDecodeError:
+            return None
+
+    @property
+    def upstream_body(self) -> bytes:
+        return b"".join(chunk.data for chunk in self.chunks)
+
+    def key(self) -> str:
+        return request_key(self.method, self.path, self.request_body)
+
+    def to_json(self) -> bytes:
+        body = self.body_json
+        request: dict[str, Any] = {
+            "method": self.method,
+            "path": self.path,
+            "query": self.query,
+            "headers": self.request_headers,
+        }
+        if body is not None:
+            request["body"] = body
+        else:
+            request["body_text"] = self.request_body.decode("utf-8", "replace")
+        document = {
+            "format": FORMAT,
+            "request": request,
+            "upstream": {
+                "status": self.status,
+                "headers": self.response_headers,
+                "chunks": [chunk.to_json() for chunk in self.chunks],
+            },
+            "client": {"lines": self.client_body.decode("utf-8", "replace").split("\n")},
+        }
+        return orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n"
+
+    @classmethod
+    def load(cls, path: Path) -> Cassette:
+        document = orjson.loads(path.read_bytes())
+        if document.get("format") != FORMAT:
+            raise ValueError(f"{path}: not a {FORMAT} file")
+        request, upstream = document["request"], document["upstream"]
+        if "body" in request:
+            body = orjson.dumps(request["body"])
+        else:
+            body = request.get("body_text", "").encode()
+        return cls(
+            method=request["method"],
+            path=request["path"],
+            query=request.get("query", ""),
+            request_headers=request.get("headers", {}),
+            request_body=body,
+            status=upstream["status"],
+            response_headers=upstream.get("headers", {}),
+            chunks=[Chunk.from_json(item) for item in upstream["chunks"]],
+            client_body="\n".join(document["client"]["lines"]).encode(),
+            file=path,
+        )
+
+    def save(self, path: Path) -> None:
+        path.write_bytes(self.to_json())
+        self.file = path
+
+
+def canonical_request(method: str, path: str, body: bytes) -> bytes:
+    """What identifies a request for replay: method, path and body minus volatile fields."""
+    try:
+        parsed: Any = orjson.loads(body) if body else None
+    except orjson.JSONDecodeError:
+        parsed = body.decode("utf-8", "replace")
+    if isinstance(parsed, dict):
+        parsed = {k: v for k, v in parsed.items() if k not in VOLATILE_FIELDS}
+    return orjson.dumps(
+        {"method": method.upper(), "path": path.strip("/"), "body": parsed},
+        option=orjson.OPT_SORT_KEYS,
+    )
+
+
+def request_key(method: str, path: str, body: bytes) -> str:
+    return hashlib.sha256(canonical_request(method, path, body)).hexdigest()
+
+
+def safe_headers(headers: Any, secret: frozenset[str] = frozenset()) -> dict[str, str]:
+    drop = SECRET_HEADERS | NOISY_HEADERS | secret
+    return {name.lower(): value for name, value in headers.items() if name.lower() not in drop}
+
+
+def safe_query(query: str) -> str:
+    pairs = parse_qsl(query, keep_blank_values=True)
+    return urlencode([(k, v) for k, v in pairs if k.lower() not in SECRET_QUERY])
+
+
+def file_name(sequence: int, cassette: Cassette) -> str:
+    """`0007-gemini-3-flash-preview-stream-200.json`: a listing reads as a log."""
+    body = cassette.body_json if isinstance(cassette.body_json, dict) else {}
+    model = re.sub(r"[^A-Za-z0-9._-]+", "-", str(body.get("model") or cassette.path))[:60]
+    mode = "stream" if body.get("stream") else "json"
+    return f"{sequence:04d}-{model.strip('-')}-{mode}-{cassette.status}.json"

@@ -1,0 +1,246 @@
+"""Recording and replaying the upstream: two httpx transports, so every other line of the proxy
+runs exactly as it does live."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import anyio
+import httpx
+import orjson
+
+from proxy.cassettes import (
+    Cassette,
+    Chunk,
+    canonical_request,
+    file_name,
+    request_key,
+    safe_headers,
+    safe_query,
+)
+from proxy.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+UPSTREAM_LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=200)
+
+CASSETTE = "streamfix.cassette"
+"""Response extension under which a recorded exchange travels to the app, which adds what the
+client was sent and saves it."""
+
+
+def relative_path(url: httpx.URL, base_url: str) -> str:
+    base = urlsplit(base_url).path.rstrip("/")
+    path = url.path
+    return (path[len(base) :] if base and path.startswith(base) else path).lstrip("/")
+
+
+class RecordingTransport(httpx.AsyncBaseTransport):
+    """Sends through `inner` and notes everything that came back, chunk by chunk."""
+
+    def __init__(
+        self,
+        inner: httpx.AsyncBaseTransport,
+        directory: Path,
+        base_url: str,
+        secret_headers: frozenset[str] = frozenset(),
+    ) -> None:
+        self._inner = inner
+        self._directory = directory
+        self._base_url = base_url
+        self._secret = secret_headers
+        directory.mkdir(parents=True, exist_ok=True)
+        existing = [int(p.name[:4]) for p in directory.glob("[0-9][0-9][0-9][0-9]-*.json")]
+        self._sequence = itertools.count(max(existing, default=0) + 1)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self._inner.handle_async_request(request)
+        cassette = Cassette(
+            method=request.method,
+            path=relative_path(request.url, self._base_url),
+            query=safe_query(request.url.query.decode()),
+            request_headers=safe_headers(request.headers, self._secret),
+            request_body=request.content,
+            status=response.status_code,
+            response_headers=safe_headers(response.headers, self._secret),
+        )
+        return httpx.Response(
+            status_code=response.status_code,
+            headers=response.headers,
+            stream=_RecordedStream(response.stream, cassette),
+            extensions={**response.extensions, CASSETTE: self._saver(cassette)},
+        )
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def _saver(self, cassette: Cassette) -> CassetteWriter:
+        return CassetteWriter(cassette, self._directory, self._sequence)
+
+
+class CassetteWriter:
+    """Collects what the client was sent; writes the cassette when the exchange is over."""
+
+    def __init__(self, cassette: Cassette, directory: Path, sequence: Any) -> None:
+        self.cassette = cassette
+        self._directory = directory
+        self._sequence = sequence
+        self._client: list[bytes] = []
+
+    def sent(self, data: bytes) -> None:
+        self._client.append(data)
+
+    def save(self) -> None:
+        self.cassette.client_body = b"".join(self._client)
+        path = self._directory / file_name(next(self._sequence), self.cassette)
+        temporary = path.with_suffix(".tmp")
+        temporary.write_bytes(self.cassette.to_json())
+        os.replace(temporary, path)  # never a half-written cassette in the directory
+        logger.info("recorded %s", path.name)
+
+
+class _RecordedStream(httpx.AsyncByteStream):
+    def __init__(self, inner: Any, cassette: Cassette) -> None:
+        self._inner = inner
+        self._cassette = cassette
+        self._started = time.monotonic()
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for data in self._inner:
+            self._cassette.chunks.append(Chunk(time.monotonic() - self._started, bytes(data)))
+            yield data
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class ReplayTransport(httpx.AsyncBaseTransport):
+    """Serves recorded exchanges with no network: a request gets the cassette recorded for the
+    same method, path and body (volatile fields aside), chunk boundaries and all."""
+
+    def __init__(self, cassettes: list[Cassette], base_url: str, timing: bool = False) -> None:
+        self._base_url = base_url
+        self._timing = timing
+        self._cassettes = cassettes
+        self._by_key: dict[str, list[Cassette]] = {}
+        for cassette in cassettes:
+            self._by_key.setdefault(cassette.key(), []).append(cassette)
+        self._served: dict[str, int] = {}
+
+    @classmethod
+    def from_directory(
+        cls, directory: Path, base_url: str, timing: bool = False
+    ) -> ReplayTransport:
+        files = sorted(directory.glob("*.json"))
+        if not files:
+            raise FileNotFoundError(f"no cassettes in {directory}")
+        return cls([Cassette.load(path) for path in files], base_url, timing)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        path = relative_path(request.url, self._base_url)
+        body = await request.aread()
+        key = request_key(request.method, path, body)
+        matches = self._by_key.get(key)
+        if not matches:
+            return self._unmatched(request.method, path, body)
+        # The same request again (a client retry) gets the next recording of it, round robin.
+        served = self._served.get(key, 0)
+        self._served[key] = served + 1
+        cassette = matches[served % len(matches)]
+        return httpx.Response(
+            status_code=cassette.status,
+            headers=cassette.response_headers,
+            stream=_ReplayedStream(cassette.chunks, self._timing),
+        )
+
+    def _unmatched(self, method: str, path: str, body: bytes) -> httpx.Response:
+        wanted = orjson.loads(canonical_request(method, path, body))
+        nearest, difference = None, "no cassette was recorded"
+        best = -1
+        for cassette in self._cassettes:
+            recorded = orjson.loads(
+                canonical_request(cassette.method, cassette.path, cassette.request_body)
+            )
+            score = _similarity(wanted, recorded)
+            if score > best:
+                best, nearest = score, cassette
+                difference = first_difference(recorded, wanted) or "(identical)"
+        name = nearest.file.name if nearest and nearest.file else "none"
+        message = (
+            f"streamfix replay: no cassette matches this {method} /{path} request; "
+            f"the nearest is {name}, which differs at {difference}"
+        )
+        logger.warning("%s", message)
+        body = {
+            "error": {"message": message, "type": "replay_error", "code": "no_matching_cassette"}
+        }
+        return httpx.Response(502, json=body)
+
+
+class _ReplayedStream(httpx.AsyncByteStream):
+    def __init__(self, chunks: list[Chunk], timing: bool) -> None:
+        self._chunks = chunks
+        self._timing = timing
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        started = time.monotonic()
+        for chunk in self._chunks:
+            if self._timing:
+                await anyio.sleep(max(0.0, chunk.at - (time.monotonic() - started)))
+            yield chunk.data
+
+    async def aclose(self) -> None:
+        return None
+
+
+def first_difference(recorded: Any, wanted: Any, path: str = "") -> str | None:
+    """The first field path (`body.messages[2].content`) where two requests differ."""
+    if isinstance(recorded, dict) and isinstance(wanted, dict):
+        for key in sorted(set(recorded) | set(wanted)):
+            if key not in recorded or key not in wanted:
+                return f"{path}.{key}".lstrip(".")
+            found = first_difference(recorded[key], wanted[key], f"{path}.{key}")
+            if found:
+                return found.lstrip(".")
+        return None
+    if isinstance(recorded, list) and isinstance(wanted, list):
+        for index, (a, b) in enumerate(zip(recorded, wanted, strict=False)):
+            found = first_difference(a, b, f"{path}[{index}]")
+            if found:
+                return found.lstrip(".")
+        if len(recorded) != len(wanted):
+            return f"{path}[{min(len(recorded), len(wanted))}]".lstrip(".")
+        return None
+    return None if recorded == wanted else (path.lstrip(".") or "(the whole body)")
+
+
+def _similarity(a: Any, b: Any) -> int:
+    """How much of two requests agrees: equal fields, and equal leading messages."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return sum(_similarity(a[k], b[k]) for k in set(a) & set(b))
+    if isinstance(a, list) and isinstance(b, list):
+        return sum(1 + _similarity(x, y) for x, y in zip(a, b, strict=False) if x == y)
+    return 1 if a == b else 0
+
+
+def upstream_transport(settings: Settings) -> httpx.AsyncBaseTransport | None:
+    """Live (None: httpx's own), recording, or replaying, as the settings say."""
+    recording = settings.recording
+    if recording.replay_dir:
+        return ReplayTransport.from_directory(
+            Path(recording.replay_dir), settings.upstream.base_url, recording.replay_timing
+        )
+    if recording.record_dir:
+        live = httpx.AsyncHTTPTransport(limits=UPSTREAM_LIMITS)
+        secret = frozenset(name.lower() for name in recording.secret_headers)
+        return RecordingTransport(
+            live, Path(recording.record_dir), settings.upstream.base_url, secret
+        )
+    return None

@@ -1,0 +1,81 @@
+"""`streamfix replay DIR`: run every cassette's upstream bytes through today's repairs and
+compare with what the client was sent when it was recorded."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from proxy.app import create_app
+from proxy.cassettes import Cassette
+from proxy.conformance import violations
+from proxy.recording import ReplayTransport
+from proxy.settings import Settings
+
+
+@dataclass
+class CassetteResult:
+    name: str
+    diff: list[str] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+    output: bytes = b""
+    updated: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations and (not self.diff or self.updated)
+
+
+async def check_cassette(path: Path, settings: Settings) -> CassetteResult:
+    cassette = Cassette.load(path)
+    transport = ReplayTransport([cassette], settings.upstream.base_url)
+    app = create_app(settings, transport=transport)
+    async with app.router.lifespan_context(app):
+        client_transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(
+            transport=client_transport, base_url="http://replay"
+        ) as client:
+            response = await client.request(
+                cassette.method,
+                f"/v1/{cassette.path}",
+                params=cassette.query or None,
+                headers=cassette.request_headers,
+                content=cassette.request_body,
+            )
+    output = response.content
+    result = CassetteResult(path.name, output=output)
+    if output != cassette.client_body:
+        recorded = cassette.client_body.decode("utf-8", "replace").splitlines()
+        today = output.decode("utf-8", "replace").splitlines()
+        result.diff = list(
+            difflib.unified_diff(recorded, today, "recorded", "today", lineterm="", n=1)
+        )
+    if _is_stream(cassette, response):
+        result.violations = violations(output, settings.tool_calls.emit)
+    return result
+
+
+def _is_stream(cassette: Cassette, response: httpx.Response) -> bool:
+    body = cassette.body_json
+    streamed = isinstance(body, dict) and bool(body.get("stream"))
+    is_sse = response.headers.get("content-type", "").startswith("text/event-stream")
+    return streamed and response.status_code == 200 and is_sse
+
+
+async def check_directory(
+    directory: Path, settings: Settings, update: bool = False
+) -> list[CassetteResult]:
+    """Every cassette's result; with `update`, changed client output is rewritten in place."""
+    results = []
+    for path in sorted(directory.glob("*.json")):
+        result = await check_cassette(path, settings)
+        if result.diff and update:
+            cassette = Cassette.load(path)
+            cassette.client_body = result.output
+            cassette.save(path)
+            result.updated = True
+        results.append(result)
+    return results
