@@ -1,14 +1,20 @@
-"""Command line: `streamfix serve`."""
+"""Command line: `streamfix serve`, `streamfix replay`, `streamfix config`."""
 
 from __future__ import annotations
 
 import argparse
-import logging
+import asyncio
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+
+import orjson
 
 from proxy.settings import PROFILE_NAMES, ConfigError, Settings
+
+# The parent's effective settings, for worker processes (they cannot receive objects).
+SETTINGS_ENVIRONMENT = "STREAMFIX_EFFECTIVE_SETTINGS"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -18,22 +24,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the proxy")
-    serve.add_argument("--upstream", help="upstream base URL (env STREAMFIX_UPSTREAM)")
-    serve.add_argument("--host", help="address to listen on (env STREAMFIX_HOST)")
-    serve.add_argument("--port", type=int, help="port to listen on (env STREAMFIX_PORT)")
-    serve.add_argument("--config", help="TOML config file (env STREAMFIX_CONFIG)")
-    serve.add_argument(
-        "--profile",
-        choices=PROFILE_NAMES,
-        help="upstream provider profile; auto detects it (env STREAMFIX_PROFILE)",
-    )
-    serve.add_argument("--record", metavar="DIR", help="write one cassette per exchange to DIR")
-    serve.add_argument(
-        "--replay", metavar="DIR", help="answer from the cassettes in DIR, with no network"
-    )
-    serve.add_argument(
-        "--replay-timing", action="store_true", default=None, help="replay with recorded timing"
-    )
+    _config_flags(serve)
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     replay = commands.add_parser(
         "replay", help="check cassettes against today's repairs and the client rules"
@@ -41,21 +32,91 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument("directory", help="directory of cassettes")
     replay.add_argument("--update", action="store_true", help="rewrite changed client output")
     replay.add_argument("--config", help="TOML config file (env STREAMFIX_CONFIG)")
+    config = commands.add_parser("config", help="print the effective configuration")
+    _config_flags(config)
     return parser
 
 
-def _replay(args: argparse.Namespace) -> int:
-    import asyncio
-    from pathlib import Path
+def _config_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="TOML config file (env STREAMFIX_CONFIG)")
+    parser.add_argument("--upstream", help="upstream base URL (env STREAMFIX_UPSTREAM)")
+    parser.add_argument("--host", help="address to listen on (env STREAMFIX_HOST)")
+    parser.add_argument("--port", type=int, help="port to listen on (env STREAMFIX_PORT)")
+    parser.add_argument(
+        "--profile", choices=PROFILE_NAMES, help="provider profile (env STREAMFIX_PROFILE)"
+    )
+    parser.add_argument("--workers", type=int, help="worker processes (env STREAMFIX_WORKERS)")
+    parser.add_argument("--log-format", choices=["text", "json"], help="log line format")
+    parser.add_argument("--record", metavar="DIR", help="write one cassette per exchange to DIR")
+    parser.add_argument("--replay", metavar="DIR", help="answer from the cassettes in DIR")
+    parser.add_argument(
+        "--replay-timing", action="store_true", default=None, help="replay with recorded timing"
+    )
 
+
+def _settings(args: argparse.Namespace) -> Settings:
+    flags = {
+        "upstream.base_url": args.upstream,
+        "upstream.profile": args.profile,
+        "server.host": args.host,
+        "server.port": args.port,
+        "server.workers": args.workers,
+        "server.log_format": args.log_format,
+        "recording.record_dir": args.record,
+        "recording.replay_dir": args.replay,
+        "recording.replay_timing": args.replay_timing,
+    }
+    settings = Settings.load(args.config, os.environ, flags)
+    if settings.server.workers > 1 and settings.signatures.store == "memory":
+        raise ConfigError(
+            "server.workers: the memory signature store is per process, so a follow-up "
+            "landing on another worker would miss its signatures; use a shared store "
+            '(signatures.store = "redis://host:6379/0") or one worker'
+        )
+    return settings
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from proxy.app import create_app
+    from proxy.logs import configure_logging
+
+    settings = _settings(args)
+    configure_logging(args.log_level, settings.server.log_format)
+    server = settings.server
+    options = {
+        "host": server.host,
+        "port": server.port,
+        "log_level": args.log_level,
+        "access_log": False,  # the proxy logs one line per exchange itself
+        "log_config": None,  # keep the handlers configure_logging installed
+        "timeout_graceful_shutdown": server.shutdown_grace_seconds,
+    }
+    if server.workers > 1:
+        os.environ[SETTINGS_ENVIRONMENT] = orjson.dumps(settings.to_dict()).decode()
+        uvicorn.run(
+            "proxy.cli:app_from_environment", factory=True, workers=server.workers, **options
+        )
+    else:
+        uvicorn.run(create_app(settings), **options)
+    return 0
+
+
+def app_from_environment() -> object:
+    """Worker processes build their app from the settings the parent resolved."""
+    from proxy.app import create_app
+    from proxy.logs import configure_logging
+
+    settings = Settings.from_dict(orjson.loads(os.environ[SETTINGS_ENVIRONMENT]))
+    configure_logging("info", settings.server.log_format)
+    return create_app(settings)
+
+
+def _replay(args: argparse.Namespace) -> int:
     from proxy.replay_check import check_directory
 
-    try:
-        settings = Settings.load(args.config, os.environ)
-    except ConfigError as exc:
-        print(f"streamfix: invalid configuration: {exc}", file=sys.stderr)
-        return 2
-    logging.basicConfig(level="ERROR")
+    settings = Settings.load(args.config, os.environ)
     directory = Path(args.directory)
     results = asyncio.run(check_directory(directory, settings, update=args.update))
     if not results:
@@ -73,51 +134,19 @@ def _replay(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
+def _config(args: argparse.Namespace) -> int:
+    from proxy.settings_display import masked
 
-    from proxy.app import create_app
-
-    try:
-        settings = Settings.load(
-            args.config,
-            os.environ,
-            {
-                "upstream.base_url": args.upstream,
-                "upstream.profile": args.profile,
-                "server.host": args.host,
-                "server.port": args.port,
-                "recording.record_dir": args.record,
-                "recording.replay_dir": args.replay,
-                "recording.replay_timing": args.replay_timing,
-            },
-        )
-    except ConfigError as exc:
-        print(f"streamfix: invalid configuration: {exc}", file=sys.stderr)
-        return 2
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
-    logging.getLogger(__name__).info(
-        "streamfix on http://%s:%d/v1 -> %s",
-        settings.server.host,
-        settings.server.port,
-        settings.upstream.base_url,
-    )
-    uvicorn.run(
-        create_app(settings),
-        host=settings.server.host,
-        port=settings.server.port,
-        log_level=args.log_level,
-        access_log=False,
-    )
+    document = masked(_settings(args), os.environ)
+    print(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.command == "serve":
-        return _serve(args)
-    if args.command == "replay":
-        return _replay(args)
-    return 2
+    commands = {"serve": _serve, "replay": _replay, "config": _config}
+    try:
+        return commands[args.command](args)
+    except ConfigError as exc:
+        print(f"streamfix: invalid configuration: {exc}", file=sys.stderr)
+        return 2

@@ -26,11 +26,14 @@ def error_event(message: str, type_: str, code: str) -> bytes:
 class ClientError(Exception):
     """A request the proxy refuses before anything is sent upstream."""
 
-    def __init__(self, status: int, message: str, code: str) -> None:
+    def __init__(
+        self, status: int, message: str, code: str, type_: str = "invalid_request_error"
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.code = code
+        self.type = type_
 
     def response(self) -> Response:
-        return error_response(self.status, self.message, "invalid_request_error", self.code)
+        return error_response(self.status, self.message, self.type, self.code)

@@ -19,6 +19,7 @@ class Exchange:
     request_id: str
     request: dict[str, Any] = field(default_factory=dict)
     """The chat-completion request body as forwarded upstream."""
+    route: str = "default"
     profile: ProviderProfile = PROFILES["generic"]
     """What the upstream of this request needs, decided once, before the stream starts."""
     scope: ReceiptScope = field(default_factory=lambda: ReceiptScope("anonymous", "none"))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,8 @@ ENVIRONMENT_KEYS = {
     "STREAMFIX_PROFILE": "upstream.profile",
     "STREAMFIX_HOST": "server.host",
     "STREAMFIX_PORT": "server.port",
+    "STREAMFIX_WORKERS": "server.workers",
+    "STREAMFIX_LOG_FORMAT": "server.log_format",
 }
 
 
@@ -33,6 +35,16 @@ class ServerSettings:
     port: int = 8080
     max_request_bytes: int = 16 * 1024 * 1024
     max_event_bytes: int = 8 * 1024 * 1024
+    log_format: str = "text"
+    """"text" (one human-readable line per exchange) or "json" (one JSON object per line)."""
+    workers: int = 1
+    shutdown_grace_seconds: float = 30.0
+    """On SIGTERM: stop accepting, let open streams finish for this long, then close them."""
+
+    def __post_init__(self) -> None:
+        _one_of("log_format", self.log_format, ("text", "json"))
+        if not 0 < self.port < 65536:
+            raise ConfigError(f"port: must be between 1 and 65535, got {self.port}")
 
 
 PROFILE_NAMES = ("auto", "gemini", "vertex", "openai", "openrouter", "vllm", "kimi", "generic")
@@ -45,9 +57,32 @@ class UpstreamSettings:
     read_timeout: float = 600.0
     profile: str = "auto"
     """Provider profile; "auto" detects it from the base URL's host, else the model name."""
+    api_key_env: str = ""
+    """Name of an environment variable holding this upstream's own key (never the key)."""
+    model: str = ""
+    """Model name sent upstream instead of the client's, when set."""
 
     def __post_init__(self) -> None:
-        _one_of("upstream.profile", self.profile, PROFILE_NAMES)
+        _one_of("profile", self.profile, PROFILE_NAMES)
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ConfigError(
+                f"base_url: must be an http:// or https:// URL, got {self.base_url!r}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class RouteSettings(UpstreamSettings):
+    """An upstream for the models matching `models` (shell-style patterns, first route wins)."""
+
+    name: str = ""
+    models: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        UpstreamSettings.__post_init__(self)
+        if not self.name:
+            raise ConfigError("name: every route needs a name")
+        if not self.models or not all(isinstance(m, str) and m for m in self.models):
+            raise ConfigError("models: a non-empty list of model name patterns")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,11 +98,9 @@ class SignatureSettings:
     """Receipts larger than this are not stored, so no upstream can grow the store without bound."""
 
     def __post_init__(self) -> None:
-        _one_of("signatures.on_missing", self.on_missing, ("placeholder", "leave"))
+        _one_of("on_missing", self.on_missing, ("placeholder", "leave"))
         if self.store != "memory" and not self.store.startswith(("redis://", "rediss://")):
-            raise ConfigError(
-                f'signatures.store: must be "memory" or a redis:// URL, got {self.store!r}'
-            )
+            raise ConfigError(f'store: must be "memory" or a redis:// URL, got {self.store!r}')
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +108,7 @@ class ToolCallSettings:
     emit: str = "atomic"
 
     def __post_init__(self) -> None:
-        _one_of("tool_calls.emit", self.emit, ("atomic", "incremental"))
+        _one_of("emit", self.emit, ("atomic", "incremental"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,9 +130,9 @@ class RecordingSettings:
 
     def __post_init__(self) -> None:
         if self.record_dir and self.replay_dir:
-            raise ConfigError("recording: record_dir and replay_dir cannot both be set")
+            raise ConfigError("record_dir: cannot be set together with replay_dir")
         if not all(isinstance(name, str) for name in self.secret_headers):
-            raise ConfigError("recording.secret_headers: must be a list of header names")
+            raise ConfigError("secret_headers: must be a list of header names")
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +150,8 @@ class Settings:
     signatures: SignatureSettings = field(default_factory=SignatureSettings)
     history: HistorySettings = field(default_factory=HistorySettings)
     recording: RecordingSettings = field(default_factory=RecordingSettings)
+    routes: tuple[RouteSettings, ...] = ()
+    """Tried in order before the default route (`upstream`)."""
     repairs: RepairSettings = field(default_factory=RepairSettings)
 
     @classmethod
@@ -138,19 +173,44 @@ class Settings:
         values.update({key: value for key, value in (overrides or {}).items() if value is not None})
         return cls().with_values(values)
 
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, document: Mapping[str, Any]) -> Settings:
+        """The inverse of `to_dict` (how worker processes receive the parent's settings)."""
+        return cls().with_values(_flatten(document))
+
     def with_values(self, values: Mapping[str, Any]) -> Settings:
         """A copy with dotted keys (`"tool_calls.emit"`) set, each checked and converted."""
         sections: dict[str, dict[str, Any]] = {}
+        changes: dict[str, Any] = {}
         for key, value in values.items():
+            if key == "routes":
+                changes["routes"] = _routes(value)
+                continue
             section, _, name = key.partition(".")
             sections.setdefault(section, {})[name] = value
-        changes = {}
         for section, items in sections.items():
-            current = getattr(self, section, None) if section in _field_names(self) else None
+            known = section in _field_names(self) and section != "routes"
+            current = getattr(self, section) if known else None
             if current is None:
                 raise ConfigError(f"{section}: unknown config section")
             changes[section] = _replace_checked(section, current, items)
         return replace(self, **changes)
+
+
+def _routes(tables: Any) -> tuple[RouteSettings, ...]:
+    if not isinstance(tables, list | tuple) or not all(isinstance(t, Mapping) for t in tables):
+        raise ConfigError("routes: must be a list of [[routes]] tables")
+    routes = tuple(
+        _replace_checked(f"routes[{i}]", RouteSettings(name="-", models=("-",)), table)
+        for i, table in enumerate(tables)
+    )
+    names = [route.name for route in routes]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"routes: route names must be unique, got {names}")
+    return routes
 
 
 def _one_of(key: str, value: str, allowed: tuple[str, ...]) -> None:
@@ -190,7 +250,10 @@ def _replace_checked(section: str, current: Any, items: Mapping[str, Any]) -> An
         if name not in types:
             raise ConfigError(f"{section}.{name}: unknown config key")
         converted[name] = _convert(f"{section}.{name}", types[name], value)
-    return replace(current, **converted)
+    try:
+        return replace(current, **converted)
+    except ConfigError as exc:
+        raise ConfigError(f"{section}.{exc}") from None
 
 
 def _convert(key: str, type_name: Any, value: Any) -> Any:

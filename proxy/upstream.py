@@ -31,13 +31,22 @@ def _connection_listed(headers: Mapping[str, str]) -> set[str]:
     return {name.strip().lower() for name in listed.split(",") if name.strip()}
 
 
-def request_headers(incoming: Iterable[tuple[str, str]], request_id: str) -> list[tuple[str, str]]:
+def request_headers(
+    incoming: Iterable[tuple[str, str]],
+    request_id: str,
+    credential: str | None = None,
+    drop_credential: bool = False,
+) -> list[tuple[str, str]]:
     """The client's headers minus hop-by-hop ones. Upstream is asked not to compress, so bodies
-    can be repaired as they stream and forwarded without re-encoding."""
+    can be repaired as they stream and forwarded without re-encoding. A route's own key
+    replaces the client's credential; the proxy's own keys never travel upstream."""
     pairs = [(name.lower(), value) for name, value in incoming]
     dropped = HOP_BY_HOP | _connection_listed(dict(pairs)) | {"accept-encoding", "x-request-id"}
+    if credential or drop_credential:
+        dropped |= {"authorization", "x-api-key"}
     kept = [(name, value) for name, value in pairs if name not in dropped]
-    return [*kept, ("accept-encoding", "identity"), ("x-request-id", request_id)]
+    extra = [("authorization", f"Bearer {credential}")] if credential else []
+    return [*kept, *extra, ("accept-encoding", "identity"), ("x-request-id", request_id)]
 
 
 def response_headers(upstream: httpx.Headers) -> dict[str, str]:

@@ -1,0 +1,107 @@
+"""Turning an upstream response into the client's: relayed untouched, or repaired."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+
+import httpx
+import orjson
+from starlette.background import BackgroundTask
+from starlette.responses import Response, StreamingResponse
+
+from proxy.errors import error_event, error_response
+from proxy.exchange import Exchange
+from proxy.pipeline import RepairChain, repaired_stream
+from proxy.recording import CASSETTE
+from proxy.sse import EventTooLarge, SSEDecoder
+from proxy.upstream import describe_failure
+
+SSE_HEADERS = {"cache-control": "no-store", "x-accel-buffering": "no"}
+
+OnClose = Callable[[], None]
+
+
+def relay(upstream: httpx.Response, headers: dict[str, str], on_close: OnClose) -> Response:
+    """Errors, non-SSE bodies and other paths: the upstream's bytes, as they come."""
+    return StreamingResponse(
+        _closing(upstream, upstream.aiter_bytes(), on_close),
+        status_code=upstream.status_code,
+        headers=headers,
+    )
+
+
+def repaired_sse(
+    upstream: httpx.Response,
+    chain: RepairChain,
+    exchange: Exchange,
+    headers: dict[str, str],
+    max_event_bytes: int,
+    on_close: OnClose,
+) -> Response:
+    def abort(exc: Exception) -> bytes:
+        # No finish reason and no [DONE]: a truncated answer must not look complete.
+        exchange.note("stream_aborted", "upstream stream failed: %s", type(exc).__name__)
+        if isinstance(exc, EventTooLarge):
+            return error_event(str(exc), "upstream_error", "event_too_large")
+        _, message, code = describe_failure(exc)
+        return error_event(message, "upstream_error", code)
+
+    stream = repaired_stream(
+        upstream.aiter_bytes(),
+        chain,
+        SSEDecoder(max_event_bytes),
+        (httpx.HTTPError, EventTooLarge),
+        abort,
+    )
+    return StreamingResponse(
+        _closing(upstream, stream, on_close),
+        status_code=upstream.status_code,
+        headers={**headers, **SSE_HEADERS},
+        media_type="text/event-stream",
+    )
+
+
+async def repaired_json(
+    upstream: httpx.Response, chain: RepairChain, headers: dict[str, str]
+) -> Response:
+    try:
+        raw = await upstream.aread()
+    except httpx.HTTPError as exc:
+        status, message, code = describe_failure(exc)
+        return error_response(status, message, "upstream_error", code)
+    finally:
+        await upstream.aclose()
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        body = None  # not ours to fix: passed on as received
+    if isinstance(body, dict) and await chain.on_response(body):
+        raw = orjson.dumps(body)
+    if (recording := upstream.extensions.get(CASSETTE)) is not None:
+        recording.sent(raw)
+        recording.save()
+    return Response(
+        raw,
+        status_code=upstream.status_code,
+        headers=headers,
+        background=BackgroundTask(chain.on_close),
+    )
+
+
+async def _closing(
+    upstream: httpx.Response, body: AsyncIterator[bytes], on_close: OnClose
+) -> AsyncIterator[bytes]:
+    """Close the upstream response in the generator's own `finally`: on a client disconnect
+    Starlette may never run a `background=` task. A recording transport also gets to see
+    what the client was sent."""
+    recording = upstream.extensions.get(CASSETTE)
+    try:
+        async for part in body:
+            if recording is not None:
+                recording.sent(part)
+            yield part
+    finally:
+        await upstream.aclose()
+        on_close()
+        if recording is not None:
+            recording.save()
