@@ -4,11 +4,15 @@ It plays the upstream, which is not ours: Gemini's compat endpoint, vLLM, OpenAI
 request's `model` picks the transcript (`model = NAME` replays `NAME.sse` / `NAME.json`), so a
 test points the proxy at the fake and asks for the upstream behaviour it wants to see.
 
+Transcripts in tests/transcripts/wire/ are about the SSE framing itself (comment lines, CRLF
+line endings) rather than a provider's chunks; they are served the same way but are not in
+`transcript_names()`, whose corpus checks require LF-only, data-only events.
+
 Routes:
     POST /v1/chat/completions, POST /v1beta/openai/chat/completions
         stream=true: NAME.sse as text/event-stream, one write per SSE event (see `chunking`);
         otherwise: the transcript's non-streamed "response" body, 404 when it has none.
-        Models in ERROR_MODELS answer with that status and body instead.
+        Models in ERROR_MODELS answer with that status and body instead (and ERROR_HEADERS).
     GET /v1/models (and /v1beta/openai/models): a model list naming every transcript.
     any other /v1/{path} or /v1beta/openai/{path}: echoes method, path, query, headers, body.
 Every request is recorded in `FakeUpstream.requests`.
@@ -35,6 +39,7 @@ from starlette.types import Receive, Scope, Send
 from tests.servers import serve_in_thread
 
 TRANSCRIPTS_DIR = Path(__file__).parent / "transcripts"
+WIRE_TRANSCRIPTS_DIR = TRANSCRIPTS_DIR / "wire"
 
 Chunker = Callable[[bytes], Iterable[bytes]]
 Chunking = Literal["event", "bytes"] | Chunker
@@ -67,10 +72,22 @@ def transcript_names() -> list[str]:
     )
 
 
+def wire_transcript_names() -> list[str]:
+    """Names of the transcripts in tests/transcripts/wire/ (framing cases), sorted."""
+    return sorted(
+        path.stem
+        for path in WIRE_TRANSCRIPTS_DIR.glob("*.sse")
+        if path.with_suffix(".json").exists()
+    )
+
+
 def load_transcript(name: str) -> Transcript:
-    if name not in transcript_names():
+    if name in transcript_names():
+        base = TRANSCRIPTS_DIR / name
+    elif name in wire_transcript_names():
+        base = WIRE_TRANSCRIPTS_DIR / name
+    else:
         raise KeyError(f"no transcript named {name!r}")
-    base = TRANSCRIPTS_DIR / name
     meta = orjson.loads(base.with_suffix(".json").read_bytes())
     return Transcript(name=name, sse=base.with_suffix(".sse").read_bytes(), meta=meta)
 
@@ -104,6 +121,25 @@ def random_chunks(seed: int | None = None, max_cuts: int = 4) -> Chunker:
         return [event[a:b] for a, b in pairwise(bounds)]
 
     return chunk
+
+
+def split_inside_json(event: bytes) -> list[bytes]:
+    """A `chunking` callable: a `data: {…}` event in two pieces, cut halfway through its JSON
+    object so that neither piece parses; other events (`[DONE]`, comments) whole."""
+    start, end = event.find(b"{"), event.rfind(b"}")
+    if start == -1 or end - start < 2:
+        return [event]
+    cut = (start + end) // 2
+    return [event[:cut], event[cut:]]
+
+
+def split_inside_characters(event: bytes) -> list[bytes]:
+    """A `chunking` callable: an event cut right after the first byte of its first multi-byte
+    UTF-8 character, so neither piece decodes on its own; events without one whole."""
+    lead = next((i for i, byte in enumerate(event) if byte >= 0xC0), None)
+    if lead is None:
+        return [event]
+    return [event[: lead + 1], event[lead + 1 :]]
 
 
 # ── errors the upstreams send ────────────────────────────────────────────────
@@ -140,6 +176,36 @@ ERROR_MODELS: dict[str, tuple[int, Any]] = {
             }
         },
     ),
+    "error_openai_429": (
+        429,
+        {
+            "error": {
+                "message": "Rate limit reached for gpt-4.1 in organization org-fake on tokens per "
+                "min (TPM): Limit 30000, Used 29876, Requested 1205. Please try again in 2.162s. "
+                "Visit https://platform.openai.com/account/rate-limits to learn more.",
+                "type": "tokens",
+                "param": None,
+                "code": "rate_limit_exceeded",
+            }
+        },
+    ),
+    "error_openai_500": (
+        500,
+        {
+            "error": {
+                "message": "The server had an error while processing your request. "
+                "Sorry about that!",
+                "type": "server_error",
+                "param": None,
+                "code": None,
+            }
+        },
+    ),
+}
+
+# Extra response headers of an error model (a 429 says when to come back).
+ERROR_HEADERS: dict[str, dict[str, str]] = {
+    "error_openai_429": {"retry-after": "3", "x-ratelimit-reset-tokens": "2.162s"},
 }
 
 
@@ -150,8 +216,10 @@ def openai_error(status: int, message: str, code: str | None = None) -> Response
     return json_response(body, status)
 
 
-def json_response(body: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(
+        orjson.dumps(body), status_code=status, headers=headers, media_type="application/json"
+    )
 
 
 # ── the fake ─────────────────────────────────────────────────────────────────
@@ -209,7 +277,7 @@ class FakeUpstream:
         model = body.get("model")
         if model in ERROR_MODELS:
             status, error = ERROR_MODELS[model]
-            return json_response(error, status)
+            return json_response(error, status, ERROR_HEADERS.get(model))
         try:
             transcript = load_transcript(str(model))
         except KeyError:
@@ -224,7 +292,7 @@ class FakeUpstream:
 
     async def _models(self, request: Request) -> Response:
         await self._record(request)
-        names = [*transcript_names(), *ERROR_MODELS]
+        names = [*transcript_names(), *wire_transcript_names(), *ERROR_MODELS]
         data = [
             {"id": n, "object": "model", "created": 1700000000, "owned_by": "fake"} for n in names
         ]
