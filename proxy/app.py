@@ -25,7 +25,7 @@ from proxy.exchange import Exchange
 from proxy.logs import EXCHANGE
 from proxy.metrics import CONTENT_TYPE, Metrics
 from proxy.pipeline import RepairChain
-from proxy.recording import UPSTREAM_LIMITS, upstream_transport
+from proxy.recording import UPSTREAM, UPSTREAM_LIMITS, upstream_transport
 from proxy.repairs import default_repairs
 from proxy.routing import Route, Router
 from proxy.settings import ConfigError, Settings
@@ -93,7 +93,7 @@ class Proxy:
             raw = await read_body(request, self.settings.server.max_request_bytes)
             body = parse_chat_request(raw)
         except ClientError as exc:
-            return exc.response()
+            return self._refused(exc, request_id)
         route = self.router.route_for(body.get("model"))
         renamed = bool(route.upstream.model) and body.get("model") != route.upstream.model
         if renamed:
@@ -123,9 +123,9 @@ class Proxy:
 
             limit = self.settings.server.max_event_bytes
             return repaired_sse(upstream, chain, exchange, headers, limit, stream_closed)
-        response = await repaired_json(upstream, chain, headers)
-        self._finished(exchange, response.status_code)
-        return response
+        return await repaired_json(
+            upstream, chain, headers, lambda: self._finished(exchange, status)
+        )
 
     async def passthrough(self, request: Request) -> Response:
         request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
@@ -133,14 +133,23 @@ class Proxy:
             self._authorize(request)
             raw = await read_body(request, self.settings.server.max_request_bytes)
         except ClientError as exc:
-            return exc.response()
+            return self._refused(exc, request_id)
         route = self.router.route_for(_model_of(raw))
         exchange = Exchange(request_id=request_id, route=route.name)
         upstream = await self._send(request, route, request.path_params["path"], raw, exchange)
         if isinstance(upstream, Response):
+            self._finished(exchange, upstream.status_code)
             return upstream
         headers = self._client_headers(upstream, request_id)
-        return relay(upstream, headers, lambda: None)
+        status = upstream.status_code
+        return relay(upstream, headers, lambda: self._finished(exchange, status))
+
+    def _refused(self, error: ClientError, request_id: str) -> Response:
+        """A request refused before anything went upstream: logged and counted like the rest."""
+        self._finished(Exchange(request_id=request_id, route="-"), error.status)
+        response = error.response()
+        response.headers["x-request-id"] = request_id
+        return response
 
     def _authorize(self, request: Request) -> None:
         if self.proxy_keys and not is_allowed(request.headers, self.proxy_keys):
@@ -177,6 +186,9 @@ class Proxy:
             headers=headers,
             content=content,
             timeout=route.timeout,
+            extensions={
+                UPSTREAM: {"base_url": route.upstream.base_url, "profile": exchange.profile.name}
+            },
         )
         started = time.monotonic()
         try:

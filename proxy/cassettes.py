@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import orjson
 
@@ -74,6 +74,10 @@ class Cassette:
     response_headers: dict[str, str] = field(default_factory=dict)
     chunks: list[Chunk] = field(default_factory=list)
     client_body: bytes = b""
+    upstream_base_url: str = ""
+    """The upstream it was recorded against (credentials removed)."""
+    profile: str = ""
+    """The provider profile that applied when it was recorded."""
     file: Path | None = None
 
     @property
@@ -106,6 +110,8 @@ class Cassette:
             "format": FORMAT,
             "request": request,
             "upstream": {
+                "base_url": self.upstream_base_url,
+                "profile": self.profile,
                 "status": self.status,
                 "headers": self.response_headers,
                 "chunks": [chunk.to_json() for chunk in self.chunks],
@@ -134,6 +140,8 @@ class Cassette:
             response_headers=upstream.get("headers", {}),
             chunks=[Chunk.from_json(item) for item in upstream["chunks"]],
             client_body="\n".join(document["client"]["lines"]).encode(),
+            upstream_base_url=upstream.get("base_url", ""),
+            profile=upstream.get("profile", ""),
             file=path,
         )
 
@@ -168,6 +176,14 @@ def safe_headers(headers: Any, secret: frozenset[str] = frozenset()) -> dict[str
 def safe_query(query: str) -> str:
     pairs = parse_qsl(query, keep_blank_values=True)
     return urlencode([(k, v) for k, v in pairs if k.lower() not in SECRET_QUERY])
+
+
+def safe_url(url: str) -> str:
+    parts = urlsplit(url)
+    netloc = parts.hostname or ""
+    if parts.port:
+        netloc += f":{parts.port}"
+    return urlunsplit(parts._replace(netloc=netloc, query=safe_query(parts.query)))
 
 
 def file_name(sequence: int, cassette: Cassette) -> str:

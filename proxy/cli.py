@@ -15,6 +15,7 @@ from proxy.settings import PROFILE_NAMES, ConfigError, Settings
 
 # The parent's effective settings, for worker processes (they cannot receive objects).
 SETTINGS_ENVIRONMENT = "STREAMFIX_EFFECTIVE_SETTINGS"
+LOG_LEVEL_ENVIRONMENT = "STREAMFIX_EFFECTIVE_LOG_LEVEL"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -95,6 +96,7 @@ def _serve(args: argparse.Namespace) -> int:
     }
     if server.workers > 1:
         os.environ[SETTINGS_ENVIRONMENT] = orjson.dumps(settings.to_dict()).decode()
+        os.environ[LOG_LEVEL_ENVIRONMENT] = args.log_level
         uvicorn.run(
             "proxy.cli:app_from_environment", factory=True, workers=server.workers, **options
         )
@@ -109,13 +111,15 @@ def app_from_environment() -> object:
     from proxy.logs import configure_logging
 
     settings = Settings.from_dict(orjson.loads(os.environ[SETTINGS_ENVIRONMENT]))
-    configure_logging("info", settings.server.log_format)
+    configure_logging(os.environ.get(LOG_LEVEL_ENVIRONMENT, "info"), settings.server.log_format)
     return create_app(settings)
 
 
 def _replay(args: argparse.Namespace) -> int:
+    from proxy.logs import configure_logging
     from proxy.replay_check import check_directory
 
+    configure_logging("error")  # the report is the output; repairs' notes would bury it
     settings = Settings.load(args.config, os.environ)
     directory = Path(args.directory)
     results = asyncio.run(check_directory(directory, settings, update=args.update))

@@ -62,12 +62,13 @@ def repaired_sse(
 
 
 async def repaired_json(
-    upstream: httpx.Response, chain: RepairChain, headers: dict[str, str]
+    upstream: httpx.Response, chain: RepairChain, headers: dict[str, str], on_close: OnClose
 ) -> Response:
     try:
         raw = await upstream.aread()
     except httpx.HTTPError as exc:
         status, message, code = describe_failure(exc)
+        on_close()
         return error_response(status, message, "upstream_error", code)
     finally:
         await upstream.aclose()
@@ -80,11 +81,13 @@ async def repaired_json(
     if (recording := upstream.extensions.get(CASSETTE)) is not None:
         recording.sent(raw)
         recording.save()
+
+    async def closed() -> None:
+        await chain.on_close()  # store writes, after the client has its answer
+        on_close()
+
     return Response(
-        raw,
-        status_code=upstream.status_code,
-        headers=headers,
-        background=BackgroundTask(chain.on_close),
+        raw, status_code=upstream.status_code, headers=headers, background=BackgroundTask(closed)
     )
 
 
@@ -101,7 +104,11 @@ async def _closing(
                 recording.sent(part)
             yield part
     finally:
-        await upstream.aclose()
-        on_close()
-        if recording is not None:
-            recording.save()
+        # Bookkeeping first: when a shutdown cancels this stream, the await below is where
+        # the cancellation lands, and the exchange must still be logged and counted.
+        try:
+            on_close()
+            if recording is not None:
+                recording.save()
+        finally:
+            await upstream.aclose()

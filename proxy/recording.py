@@ -24,6 +24,7 @@ from proxy.cassettes import (
     request_key,
     safe_headers,
     safe_query,
+    safe_url,
 )
 from proxy.settings import Settings
 
@@ -31,12 +32,18 @@ logger = logging.getLogger(__name__)
 
 UPSTREAM_LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=200)
 
+UPSTREAM = "streamfix.upstream"
+"""Request extension: the base URL and profile of the route a request goes to, so the
+transports know where paths are relative to and what a cassette was recorded against."""
+
 CASSETTE = "streamfix.cassette"
 """Response extension under which a recorded exchange travels to the app, which adds what the
 client was sent and saves it."""
 
 
-def relative_path(url: httpx.URL, base_url: str) -> str:
+def relative_path(request: httpx.Request, default_base_url: str) -> str:
+    base_url = request.extensions.get(UPSTREAM, {}).get("base_url", default_base_url)
+    url = request.url
     base = urlsplit(base_url).path.rstrip("/")
     path = url.path
     return (path[len(base) :] if base and path.startswith(base) else path).lstrip("/")
@@ -62,9 +69,12 @@ class RecordingTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         response = await self._inner.handle_async_request(request)
+        upstream = request.extensions.get(UPSTREAM, {})
         cassette = Cassette(
             method=request.method,
-            path=relative_path(request.url, self._base_url),
+            path=relative_path(request, self._base_url),
+            upstream_base_url=safe_url(upstream.get("base_url", self._base_url)),
+            profile=upstream.get("profile", ""),
             query=safe_query(request.url.query.decode()),
             request_headers=safe_headers(request.headers, self._secret),
             request_body=request.content,
@@ -99,10 +109,20 @@ class CassetteWriter:
 
     def save(self) -> None:
         self.cassette.client_body = b"".join(self._client)
-        path = self._directory / file_name(next(self._sequence), self.cassette)
-        temporary = path.with_suffix(".tmp")
+        temporary = self._directory / f".{os.getpid()}-{id(self)}.tmp"
         temporary.write_bytes(self.cassette.to_json())
-        os.replace(temporary, path)  # never a half-written cassette in the directory
+        try:
+            # A hard link never replaces an existing file, so worker processes numbering from
+            # the same start cannot overwrite each other; a taken number means: the next one.
+            while True:
+                path = self._directory / file_name(next(self._sequence), self.cassette)
+                try:
+                    os.link(temporary, path)
+                    break
+                except FileExistsError:
+                    continue
+        finally:
+            temporary.unlink()
         logger.info("recorded %s", path.name)
 
 
@@ -144,7 +164,7 @@ class ReplayTransport(httpx.AsyncBaseTransport):
         return cls([Cassette.load(path) for path in files], base_url, timing)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        path = relative_path(request.url, self._base_url)
+        path = relative_path(request, self._base_url)
         body = await request.aread()
         key = request_key(request.method, path, body)
         matches = self._by_key.get(key)

@@ -31,6 +31,17 @@ class CassetteResult:
 
 async def check_cassette(path: Path, settings: Settings) -> CassetteResult:
     cassette = Cassette.load(path)
+    if cassette.upstream_base_url:
+        # Check it against the upstream it was recorded from: its profile decides the rules.
+        settings = settings.with_values(
+            {
+                "upstream.base_url": cassette.upstream_base_url,
+                "upstream.profile": cassette.profile or "auto",
+                "upstream.api_key_env": "",
+                "upstream.model": "",
+                "routes": [],
+            }
+        )
     transport = ReplayTransport([cassette], settings.upstream.base_url)
     app = create_app(settings, transport=transport)
     async with app.router.lifespan_context(app):

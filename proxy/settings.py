@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 GEMINI_OPENAI_BASE_URL = "https://generativelanguage.googleapis.com/v1beta/openai"
 
@@ -64,7 +65,7 @@ class UpstreamSettings:
 
     def __post_init__(self) -> None:
         _one_of("profile", self.profile, PROFILE_NAMES)
-        if not self.base_url.startswith(("http://", "https://")):
+        if not _is_http_url(self.base_url):
             raise ConfigError(
                 f"base_url: must be an http:// or https:// URL, got {self.base_url!r}"
             )
@@ -211,6 +212,14 @@ def _routes(tables: Any) -> tuple[RouteSettings, ...]:
     if len(set(names)) != len(names):
         raise ConfigError(f"routes: route names must be unique, got {names}")
     return routes
+
+
+def _is_http_url(url: str) -> bool:
+    try:
+        parts = urlsplit(url)
+        return parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+    except ValueError:  # e.g. an unbalanced IPv6 bracket, or a port that is not a number
+        return False
 
 
 def _one_of(key: str, value: str, allowed: tuple[str, ...]) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from proxy.auth import parse_keys
 from proxy.settings import Settings
@@ -27,12 +27,22 @@ def masked(settings: Settings, environ: Mapping[str, str]) -> dict[str, Any]:
     return document
 
 
+# Query parameters that carry secrets (redis-py reads `password`; Google reads `key`).
+_SECRET_PARAMETERS = {"password", "key", "api_key", "api-key", "access_token", "token"}
+
+
 def _mask_url(url: str) -> str:
-    """A password in a URL (redis://:secret@host) is a secret too."""
+    """A password in a URL (redis://:secret@host, ?password=, ?key=) is a secret too."""
     parts = urlsplit(url)
-    if not parts.password:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    netloc = f"{user}:{MASK}@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    netloc = parts.netloc
+    if parts.password:
+        user = parts.username or ""
+        netloc = f"{user}:{MASK}@{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "")
+    query = urlencode(
+        [
+            (name, MASK if name.lower() in _SECRET_PARAMETERS else value)
+            for name, value in parse_qsl(parts.query, keep_blank_values=True)
+        ],
+        safe="*",
+    )
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
