@@ -31,7 +31,13 @@ from proxy.routing import Route, Router
 from proxy.settings import ConfigError, Settings
 from proxy.store import ReceiptStore, open_store
 from proxy.tenancy import ReceiptScope, tenant_of
-from proxy.upstream import describe_failure, request_headers, response_headers, upstream_url
+from proxy.upstream import (
+    UnsafePath,
+    describe_failure,
+    request_headers,
+    response_headers,
+    upstream_url,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +142,12 @@ class Proxy:
             return self._refused(exc, request_id)
         route = self.router.route_for(_model_of(raw))
         exchange = Exchange(request_id=request_id, route=route.name)
-        upstream = await self._send(request, route, request.path_params["path"], raw, exchange)
+        path = request.path_params["path"]
+        try:
+            upstream_url(route.upstream, path, "")
+        except UnsafePath as exc:
+            return self._refused(ClientError(400, str(exc), "invalid_path"), request_id)
+        upstream = await self._send(request, route, path, raw, exchange)
         if isinstance(upstream, Response):
             self._finished(exchange, upstream.status_code)
             return upstream

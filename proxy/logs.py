@@ -37,6 +37,3 @@ def configure_logging(level: str = "info", fmt: str = "text") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    # httpx logs every request URL at INFO, query string included (Google's `?key=`).
-    for name in ("httpx", "httpcore"):
-        logging.getLogger(name).setLevel(max(logging.WARNING, root.level))

@@ -3,11 +3,15 @@
 A profile comes from configuration (`upstream.profile`), else from the base URL's host, else
 from the request's model name (a local server on 127.0.0.1 serving `gemini-…` gets Google's
 rules without extra flags).
+
+A provider's receipts (data it attaches to an assistant turn and needs back unchanged) are data
+here: adding a provider means adding rules, not code.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 from urllib.parse import urlsplit
 
 Path = tuple[str, ...]
@@ -22,37 +26,77 @@ SKIP_SIGNATURE_VALIDATOR = "skip_thought_signature_validator"
 
 
 @dataclass(frozen=True, slots=True)
+class ReceiptRule:
+    """One field an upstream hands out with an assistant turn and needs back unchanged."""
+
+    kind: str
+    """Names it in counters and logs: "signatures", "reasoning_content", "reasoning_details"."""
+    path: Path
+    """Where it sits, relative to a tool call (`on="call"`) or to the message / stream delta."""
+    on: Literal["call", "tool_turn", "text_turn"]
+    """A tool call (keyed by its id); an assistant message with tool calls (keyed by their
+    ids); a text-only assistant message (keyed by its text and the question it answered)."""
+    merge: Literal["last", "concat", "by_index"] = "last"
+    """How stream deltas build it: the last value, concatenated strings, or pieces merged
+    by their `index` (text fields concatenated, other fields as received)."""
+    required: bool = False
+    """A tool turn without it is rejected upstream: count the miss (nothing is invented)."""
+
+
+@dataclass(frozen=True, slots=True)
 class ProviderProfile:
     name: str
-    call_receipts: tuple[Path, ...] = ()
-    """Fields of a tool call that the upstream hands out and needs back unchanged."""
-    text_receipts: tuple[Path, ...] = ()
-    """Fields of a text-only assistant message that the upstream needs back."""
+    receipts: tuple[ReceiptRule, ...] = ()
     first_call_placeholder: tuple[Path, str] | None = None
     """Where and what to put for a current-turn step whose first call has no receipt."""
     foreign_metadata: tuple[Path, ...] = ()
     """Fields another provider issued that this upstream must never receive."""
 
+    def rules(self, on: str) -> tuple[ReceiptRule, ...]:
+        return tuple(rule for rule in self.receipts if rule.on == on)
+
     @property
     def keeps_receipts(self) -> bool:
-        return bool(self.call_receipts or self.text_receipts)
+        return bool(self.receipts)
 
 
 _GOOGLE = {
-    "call_receipts": (SIGNATURE, VERTEX_SIGNATURE),
-    "text_receipts": (SIGNATURE, VERTEX_SIGNATURE),
+    "receipts": (
+        ReceiptRule("signatures", SIGNATURE, "call"),
+        ReceiptRule("signatures", VERTEX_SIGNATURE, "call"),
+        ReceiptRule("signatures", SIGNATURE, "text_turn"),
+        ReceiptRule("signatures", VERTEX_SIGNATURE, "text_turn"),
+    ),
     "first_call_placeholder": (SIGNATURE, SKIP_SIGNATURE_VALIDATOR),
 }
-_NOT_GOOGLE = {"foreign_metadata": (("extra_content", "google"), ("extra_content", "vertex"))}
+_NOT_GOOGLE = (("extra_content", "google"), ("extra_content", "vertex"))
 
 PROFILES: dict[str, ProviderProfile] = {
     "gemini": ProviderProfile("gemini", **_GOOGLE),
     "vertex": ProviderProfile("vertex", **_GOOGLE),
-    "openai": ProviderProfile("openai", **_NOT_GOOGLE),
-    "openrouter": ProviderProfile("openrouter", **_NOT_GOOGLE),
-    "vllm": ProviderProfile("vllm", **_NOT_GOOGLE),
-    "kimi": ProviderProfile("kimi", **_NOT_GOOGLE),
-    "generic": ProviderProfile("generic", **_NOT_GOOGLE),
+    # DeepSeek's thinking-mode guide: a tool-calling turn's reasoning_content must come back
+    # in every later request (400 otherwise); other turns' reasoning is ignored.
+    "deepseek": ProviderProfile(
+        "deepseek",
+        receipts=(
+            ReceiptRule("reasoning_content", ("reasoning_content",), "tool_turn", "concat", True),
+        ),
+        foreign_metadata=_NOT_GOOGLE,
+    ),
+    # OpenRouter: reasoning_details go back unchanged, in order, on the assistant message
+    # (for Gemini models they carry the thought signature).
+    "openrouter": ProviderProfile(
+        "openrouter",
+        receipts=(
+            ReceiptRule("reasoning_details", ("reasoning_details",), "tool_turn", "by_index"),
+            ReceiptRule("reasoning_details", ("reasoning_details",), "text_turn", "by_index"),
+        ),
+        foreign_metadata=_NOT_GOOGLE,
+    ),
+    "openai": ProviderProfile("openai", foreign_metadata=_NOT_GOOGLE),
+    "vllm": ProviderProfile("vllm", foreign_metadata=_NOT_GOOGLE),
+    "kimi": ProviderProfile("kimi", foreign_metadata=_NOT_GOOGLE),
+    "generic": ProviderProfile("generic", foreign_metadata=_NOT_GOOGLE),
 }
 
 # Host suffix -> profile name.
@@ -63,7 +107,10 @@ _HOSTS = (
     ("api.openai.com", "openai"),
     ("api.moonshot.ai", "kimi"),
     ("api.moonshot.cn", "kimi"),
+    ("api.deepseek.com", "deepseek"),
 )
+# Model-name word -> profile name, for hosts that say nothing (a local server, a gateway).
+_MODEL_WORDS = (("gemini", "gemini"), ("deepseek", "deepseek"))
 
 
 def profile_from_base_url(base_url: str) -> str | None:
@@ -81,6 +128,8 @@ def profile_for(configured: str, base_url: str, model: object) -> ProviderProfil
     by_host = profile_from_base_url(base_url)
     if by_host is not None:
         return PROFILES[by_host]
-    if isinstance(model, str) and "gemini" in model.lower():
-        return PROFILES["gemini"]
+    name = model.lower() if isinstance(model, str) else ""
+    for word, profile in _MODEL_WORDS:
+        if word in name:
+            return PROFILES[profile]
     return PROFILES["generic"]

@@ -48,7 +48,17 @@ class ServerSettings:
             raise ConfigError(f"port: must be between 1 and 65535, got {self.port}")
 
 
-PROFILE_NAMES = ("auto", "gemini", "vertex", "openai", "openrouter", "vllm", "kimi", "generic")
+PROFILE_NAMES = (
+    "auto",
+    "gemini",
+    "vertex",
+    "deepseek",
+    "openai",
+    "openrouter",
+    "vllm",
+    "kimi",
+    "generic",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,8 +105,11 @@ class SignatureSettings:
     on_missing: str = "placeholder"
     tenant_header: str = ""
     """A header naming the tenant; empty: the tenant is a hash of the client's credential."""
-    max_value_bytes: int = 65_536
-    """Receipts larger than this are not stored, so no upstream can grow the store without bound."""
+    max_value_bytes: int = 1_048_576
+    """Receipts larger than this are not stored, so no upstream can grow the store without bound
+    (reasoning texts are large: DeepSeek's can run to hundreds of kilobytes)."""
+    max_total_bytes: int = 268_435_456
+    """The memory store's budget for all receipts; least recently used go first beyond it."""
 
     def __post_init__(self) -> None:
         _one_of("on_missing", self.on_missing, ("placeholder", "leave"))

@@ -41,9 +41,13 @@ class MemoryStore:
         max_entries: int,
         ttl_seconds: float,
         clock: Callable[[], float] = time.monotonic,
+        max_total_bytes: int | None = None,
     ) -> None:
         self.max_entries = max_entries
         self.ttl_seconds = ttl_seconds
+        self.max_total_bytes = max_total_bytes
+        self.total_bytes = 0
+        """Characters of keys and values held: reasoning texts make entries very unequal."""
         self.errors = 0
         self._clock = clock
         # Values are kept as compact JSON text: half the memory of the nested dicts they are.
@@ -61,7 +65,7 @@ class MemoryStore:
                 continue
             expires, value = entry
             if expires <= now:
-                del self._entries[key]
+                self._drop(key)
                 continue
             self._entries.move_to_end(key)
             found[key] = orjson.loads(value)
@@ -70,16 +74,27 @@ class MemoryStore:
     async def put_many(self, items: dict[str, Receipt]) -> None:
         expires = self._clock() + self.ttl_seconds
         for key, value in items.items():
-            self._entries[key] = (expires, orjson.dumps(value).decode())
-            self._entries.move_to_end(key)
-        while len(self._entries) > self.max_entries:
-            self._entries.popitem(last=False)
+            if key in self._entries:
+                self._drop(key)
+            text = orjson.dumps(value).decode()
+            self._entries[key] = (expires, text)
+            self.total_bytes += len(key) + len(text)
+        budget = self.max_total_bytes
+        while len(self._entries) > self.max_entries or (
+            budget is not None and self.total_bytes > budget and self._entries
+        ):
+            self._drop(next(iter(self._entries)))
+
+    def _drop(self, key: str) -> None:
+        _, text = self._entries.pop(key)
+        self.total_bytes -= len(key) + len(text)
 
     async def ping(self) -> bool:
         return True
 
     async def aclose(self) -> None:
         self._entries.clear()
+        self.total_bytes = 0
 
 
 class RedisStore:
@@ -151,5 +166,7 @@ class RedisStore:
 
 def open_store(settings: SignatureSettings) -> ReceiptStore:
     if settings.store == "memory":
-        return MemoryStore(settings.max_entries, settings.ttl_seconds)
+        return MemoryStore(
+            settings.max_entries, settings.ttl_seconds, max_total_bytes=settings.max_total_bytes
+        )
     return RedisStore(settings.store, settings.ttl_seconds)

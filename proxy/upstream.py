@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 
 import httpx
 
 from proxy.settings import UpstreamSettings
+
+# httpx logs every request URL at INFO and DEBUG, query string included, and a query string can
+# carry a credential (Google's `?key=`). The proxy logs its own line per exchange instead.
+for _name in ("httpx", "httpcore"):
+    logging.getLogger(_name).setLevel(logging.WARNING)
 
 # RFC 9110 §7.6.1 hop-by-hop fields, plus those httpx or the server recompute per connection.
 HOP_BY_HOP = frozenset(
@@ -56,9 +62,15 @@ def response_headers(upstream: httpx.Headers) -> dict[str, str]:
     return {name: value for name, value in upstream.items() if name.lower() not in dropped}
 
 
+class UnsafePath(ValueError):
+    """A client path that would climb out of the upstream's base path (`../`)."""
+
+
 def upstream_url(settings: UpstreamSettings, path: str, query: str) -> str:
     """`path` is relative to the client's `/v1/`; the base URL is fixed by configuration, so no
-    client header can send the proxy anywhere else."""
+    client header or path can send the proxy anywhere else."""
+    if any(segment in (".", "..") for segment in path.replace("\\", "/").split("/")):
+        raise UnsafePath(f"path segments '.' and '..' are not allowed: {path!r}")
     url = f"{settings.base_url.rstrip('/')}/{path.lstrip('/')}"
     return f"{url}?{query}" if query else url
 

@@ -7,13 +7,22 @@ from collections.abc import Iterator
 from typing import Any
 
 from proxy.json_paths import get_path, remove_path, set_path
-from proxy.profiles import ProviderProfile
+from proxy.profiles import ProviderProfile, ReceiptRule
 
 Message = dict[str, Any]
 
 
 def call_key(call_id: str) -> str:
-    return f"call:{call_id}"
+    """Short ids stay readable in the store; a long one is hashed, so no upstream can grow
+    the store through its keys."""
+    if len(call_id) <= 128:
+        return f"call:{call_id}"
+    return "call:#" + hashlib.sha256(call_id.encode()).hexdigest()
+
+
+def turn_key(call_ids: list[str]) -> str:
+    """A tool-calling turn is named by its calls' ids, in order."""
+    return "turn:" + hashlib.sha256("\x1f".join(call_ids).encode()).hexdigest()[:32]
 
 
 def text_key(text: str, prompt: str) -> str:
@@ -23,14 +32,13 @@ def text_key(text: str, prompt: str) -> str:
     return "text:" + digest[:32]
 
 
-def last_user_text(messages: list[Any]) -> str:
-    """The newest user text in `messages`: what an answer that follows them replies to."""
-    for message in reversed(messages):
-        if isinstance(message, dict) and message.get("role") == "user":
-            text = message_text(message)
-            if text:
-                return text
-    return ""
+def message_key(message: Message, prompt: str) -> tuple[str, str] | None:
+    """(rule scope, store key) of an assistant message, or None when it cannot be named."""
+    ids = [c["id"] for c in calls_of(message) if isinstance(c.get("id"), str)]
+    if ids:
+        return "tool_turn", turn_key(ids)
+    text = message_text(message)
+    return ("text_turn", text_key(text, prompt)) if text else None
 
 
 def message_text(message: Message) -> str | None:
@@ -41,6 +49,16 @@ def message_text(message: Message) -> str | None:
         parts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text"]
         return "".join(p for p in parts if isinstance(p, str))
     return None
+
+
+def last_user_text(messages: list[Any]) -> str:
+    """The newest user text in `messages`: what an answer that follows them replies to."""
+    for message in reversed(messages):
+        if isinstance(message, dict) and message.get("role") == "user":
+            text = message_text(message)
+            if text:
+                return text
+    return ""
 
 
 def assistant_messages(messages: list[Any]) -> Iterator[tuple[Message, str]]:
@@ -60,34 +78,49 @@ def calls_of(message: Message) -> list[dict[str, Any]]:
     return [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
 
 
+def _targets(messages: list[Any], profile: ProviderProfile) -> Iterator[tuple[dict, tuple, str]]:
+    """(object, its rules, its store key) for every call and message that could carry one."""
+    call_rules = profile.rules("call")
+    for message, prompt in assistant_messages(messages):
+        for call in calls_of(message) if call_rules else ():
+            if isinstance(call.get("id"), str):
+                yield call, call_rules, call_key(call["id"])
+        named = message_key(message, prompt)
+        if named is not None and (rules := profile.rules(named[0])):
+            yield message, rules, named[1]
+
+
 def wanted_keys(messages: list[Any], profile: ProviderProfile) -> list[str]:
-    """Store keys for every assistant call or text turn that lacks one of its receipts."""
-    keys: list[str] = []
-    for message, prompt in assistant_messages(messages):
-        calls = calls_of(message)
-        for call in calls:
-            if isinstance(call.get("id"), str) and _lacks(call, profile.call_receipts):
-                keys.append(call_key(call["id"]))
-        text = message_text(message)
-        if not calls and text and _lacks(message, profile.text_receipts):
-            keys.append(text_key(text, prompt))
-    return keys
+    """Store keys for every call or message that carries none of its receipts."""
+    return [key for target, rules, key in _targets(messages, profile) if _lacks(target, rules)]
 
 
-def inject(messages: list[Any], profile: ProviderProfile, found: dict[str, dict[str, Any]]) -> int:
-    """Put stored receipts back on exactly the call or message they came with; a value the
-    client sent is never replaced. Returns how many fields were put back."""
-    injected = 0
-    for message, prompt in assistant_messages(messages):
-        calls = calls_of(message)
-        for call in calls:
-            if _lacks(call, profile.call_receipts) and isinstance(call.get("id"), str):
-                injected += _apply(call, profile.call_receipts, found.get(call_key(call["id"])))
-        text = message_text(message)
-        if not calls and text and _lacks(message, profile.text_receipts):
-            receipt = found.get(text_key(text, prompt))
-            injected += _apply(message, profile.text_receipts, receipt)
+def inject(
+    messages: list[Any], profile: ProviderProfile, found: dict[str, dict[str, Any]]
+) -> dict[str, int]:
+    """Put stored receipts back verbatim on exactly the call or message they came with; a value
+    the client sent is never replaced. Returns how many fields were put back, by kind."""
+    injected: dict[str, int] = {}
+    for target, rules, key in _targets(messages, profile):
+        receipt = found.get(key)
+        if not isinstance(receipt, dict) or not _lacks(target, rules):
+            continue
+        for rule in rules:
+            value = get_path(receipt, rule.path)
+            if value is not None and set_path(target, rule.path, value):
+                injected[rule.kind] = injected.get(rule.kind, 0) + 1
     return injected
+
+
+def missing_required(messages: list[Any], profile: ProviderProfile) -> dict[str, int]:
+    """Tool turns still lacking a receipt the upstream requires: counted, never invented."""
+    missing: dict[str, int] = {}
+    for message, _ in assistant_messages(messages):
+        if calls_of(message):
+            for rule in profile.rules("tool_turn"):
+                if rule.required and get_path(message, rule.path) is None:
+                    missing[rule.kind] = missing.get(rule.kind, 0) + 1
+    return missing
 
 
 def fill_current_turn(messages: list[Any], profile: ProviderProfile) -> int:
@@ -97,10 +130,11 @@ def fill_current_turn(messages: list[Any], profile: ProviderProfile) -> int:
     if profile.first_call_placeholder is None:
         return 0
     path, placeholder = profile.first_call_placeholder
+    call_rules = profile.rules("call")
     put = 0
     for message, _ in assistant_messages(messages[_current_turn_start(messages) :]):
         calls = calls_of(message)
-        if calls and _lacks(calls[0], profile.call_receipts):
+        if calls and _lacks(calls[0], call_rules):
             put += set_path(calls[0], path, placeholder)
     return put
 
@@ -124,16 +158,6 @@ def _current_turn_start(messages: list[Any]) -> int:
     return 0
 
 
-def _lacks(target: dict[str, Any], paths: tuple[tuple[str, ...], ...]) -> bool:
+def _lacks(target: dict[str, Any], rules: tuple[ReceiptRule, ...]) -> bool:
     """Carries none of its receipts (a client that kept one kept the one that matters)."""
-    return all(get_path(target, path) is None for path in paths)
-
-
-def _apply(target: dict[str, Any], paths: tuple[tuple[str, ...], ...], receipt: Any) -> int:
-    if not isinstance(receipt, dict):
-        return 0
-    return sum(
-        set_path(target, path, value)
-        for path in paths
-        if (value := get_path(receipt, path)) is not None
-    )
+    return all(get_path(target, rule.path) is None for rule in rules)

@@ -9,21 +9,26 @@ import orjson
 
 from proxy.chunks import choice_index, choices_of
 from proxy.exchange import Exchange
-from proxy.json_paths import get_path, set_path
+from proxy.json_paths import set_path
 from proxy.pipeline import Chunk, Repair
+from proxy.profiles import ReceiptRule
 from proxy.repairs import receipt_injection as injection
+from proxy.repairs.receipt_capture import FieldBuilder
 from proxy.store import ReceiptStore
 
 
 class ReceiptRepair(Repair):
-    """Gemini attaches a thought signature to each tool call (and to text turns) and rejects
-    the next request with `400 Function call is missing a thought_signature` when it does not
-    come back. Almost every client drops it: the Vercel AI SDK files it under a custom
-    provider's name and never sends it, Open WebUI keeps it for one request, OpenAI SDK users
-    rebuild messages without `extra_content`. This repair captures receipts from responses
-    (written once, after the client has the whole answer), puts them back on the exact call
-    or message they came with, fills the documented placeholder for current-turn steps
-    nobody can sign, and strips Google metadata from requests to other upstreams.
+    """Providers hand out data with an assistant turn and reject the next request without it:
+    Gemini's thought signature on each tool call (`400 Function call is missing a
+    thought_signature`), DeepSeek's `reasoning_content` on tool-calling turns (`400 The
+    reasoning_content in the thinking mode must be passed back to the API.`), OpenRouter's
+    `reasoning_details`. Almost every client drops them (the Vercel AI SDK files them under a
+    custom provider's name; OpenAI SDK users rebuild messages without them). Following the
+    profile's rules, this repair captures receipts from responses (written once, after the
+    client has the whole answer), puts them back verbatim on the exact call or message they
+    came with, fills Google's documented placeholder for current-turn steps nobody can sign,
+    counts required receipts still missing, and strips Google metadata from requests to other
+    upstreams. It never changes what the client is sent.
     Recordings: `gemini_indexless_call_stop`, `gemini_signature_only_delta`,
     `gemini_text_thought_signature`.
     """
@@ -42,33 +47,39 @@ class ReceiptRepair(Repair):
         self._scope = exchange.scope
         self._placeholder_on_miss = placeholder_on_miss
         self._max_value_bytes = max_value_bytes
-        self._call_ids: dict[tuple[int, int], str] = {}
+        self._call_rules = self._profile.rules("call")
+        self._message_rules = self._profile.rules("tool_turn") + self._profile.rules("text_turn")
+        # Per choice: call ids in order (by stream index), call receipts, text, message fields.
+        self._call_ids: dict[int, dict[int, str]] = defaultdict(dict)
         self._calls: dict[str, dict[str, Any]] = {}
         self._text: dict[int, list[str]] = defaultdict(list)
-        self._text_receipts: dict[int, dict[str, Any]] = {}
+        self._fields: dict[int, list[FieldBuilder]] = {}
         self._captured: dict[str, dict[str, Any]] = {}
 
     async def on_request(self, body: dict[str, Any]) -> bool:
         messages = body.get("messages")
         if not isinstance(messages, list):
             return False
+        removed = injection.strip_foreign(messages, self._profile)
+        self._exchange.count("foreign_metadata_removed", removed)
         if not self._profile.keeps_receipts:
-            removed = injection.strip_foreign(messages, self._profile)
-            self._exchange.count("foreign_metadata_removed", removed)
             return removed > 0
         keys = injection.wanted_keys(messages, self._profile)
         stored = await self._store.get_many([self._scope.key(k) for k in keys]) if keys else {}
         found = {key: stored[scoped] for key in keys if (scoped := self._scope.key(key)) in stored}
         injected = injection.inject(messages, self._profile, found)
+        for kind, amount in injected.items():
+            self._exchange.count(f"{kind}_injected", amount)
         placeholders = 0
         if self._placeholder_on_miss:
             placeholders = injection.fill_current_turn(messages, self._profile)
-        self._exchange.count("signatures_injected", injected)
         if placeholders:
             self._exchange.note(
                 "signature_placeholders", "%d current-turn step(s) had no receipt", placeholders
             )
-        return injected + placeholders > 0
+        for kind, amount in injection.missing_required(messages, self._profile).items():
+            self._exchange.note(f"{kind}_missing", "%d tool turn(s) without it", amount)
+        return removed + sum(injected.values()) + placeholders > 0
 
     def on_chunk(self, chunk: Chunk) -> list[Chunk] | None:
         if not self._profile.keeps_receipts:
@@ -80,14 +91,15 @@ class ReceiptRepair(Repair):
         return None  # only watches
 
     async def on_end(self) -> list[Chunk]:
-        items = {}
-        for call_id, call in self._calls.items():
-            items[injection.call_key(call_id)] = call
-        for index, receipt in self._text_receipts.items():
-            text = "".join(self._text[index])
-            if text.strip():
-                items[injection.text_key(text, self._prompt())] = receipt
-        self._captured.update(items)
+        for call_id, receipt in self._calls.items():
+            self._captured[injection.call_key(call_id)] = receipt
+        for index in set(self._fields) | set(self._call_ids) | set(self._text):
+            ids = [self._call_ids[index][i] for i in sorted(self._call_ids[index])]
+            message = {"content": "".join(self._text[index])}
+            if ids:
+                message["tool_calls"] = [{"id": call_id} for call_id in ids]
+            values = {b.rule.path: b.value() for b in self._fields.get(index, ())}
+            self._capture_message(message, values)
         return []
 
     async def on_close(self) -> None:
@@ -96,54 +108,57 @@ class ReceiptRepair(Repair):
     async def on_response(self, body: dict[str, Any]) -> bool:
         if not self._profile.keeps_receipts:
             return False
-        items = {}
         for choice in choices_of(body):
             message = choice.get("message")
             if not isinstance(message, dict):
                 continue
-            calls = injection.calls_of(message)
-            for call in calls:
-                receipt = self._receipt(call, self._profile.call_receipts)
+            for call in injection.calls_of(message):
+                receipt = _receipt(call, self._call_rules)
                 if receipt and isinstance(call.get("id"), str):
-                    items[injection.call_key(call["id"])] = receipt
-            text = injection.message_text(message)
-            receipt = self._receipt(message, self._profile.text_receipts)
-            if not calls and text and receipt:
-                items[injection.text_key(text, self._prompt())] = receipt
-        self._captured.update(items)
+                    self._captured[injection.call_key(call["id"])] = receipt
+            builders = [FieldBuilder(rule) for rule in self._message_rules]
+            for builder in builders:
+                builder.feed(message)
+            self._capture_message(message, {b.rule.path: b.value() for b in builders})
         return False
-
-    def _prompt(self) -> str:
-        messages = self._exchange.request.get("messages")
-        return injection.last_user_text(messages if isinstance(messages, list) else [])
 
     def _observe(self, index: int, delta: dict[str, Any]) -> None:
         content = delta.get("content")
         if isinstance(content, str):
             self._text[index].append(content)
-        receipt = self._receipt(delta, self._profile.text_receipts)
-        if receipt:
-            self._text_receipts[index] = receipt
+        if self._message_rules:
+            builders = self._fields.setdefault(
+                index, [FieldBuilder(rule) for rule in self._message_rules]
+            )
+            for builder in builders:
+                builder.feed(delta)
         for entry in delta.get("tool_calls") or ():
             if not isinstance(entry, dict):
                 continue
-            position = (index, entry.get("index", 0))
+            position = entry.get("index", 0)
             if isinstance(entry.get("id"), str):
-                self._call_ids[position] = entry["id"]
-            call_id = self._call_ids.get(position)
-            receipt = self._receipt(entry, self._profile.call_receipts)
+                self._call_ids[index][position] = entry["id"]
+            call_id = self._call_ids[index].get(position)
+            receipt = _receipt(entry, self._call_rules)
             if call_id and receipt:
                 self._calls.setdefault(call_id, {}).update(receipt)
 
-    @staticmethod
-    def _receipt(source: dict[str, Any], paths: tuple[tuple[str, ...], ...]) -> dict[str, Any]:
-        """The receipt fields `source` carries, as a sparse copy keyed by the same paths."""
+    def _capture_message(self, message: dict[str, Any], values: dict[tuple, Any]) -> None:
+        named = injection.message_key(message, self._prompt())
+        if named is None:
+            return
+        scope, key = named
         receipt: dict[str, Any] = {}
-        for path in paths:
-            value = get_path(source, path)
-            if value is not None:
-                set_path(receipt, path, value)
-        return receipt
+        for rule in self._profile.rules(scope):
+            value = values.get(rule.path)
+            if value not in (None, "", []):
+                set_path(receipt, rule.path, value)
+        if receipt:
+            self._captured[key] = receipt
+
+    def _prompt(self) -> str:
+        messages = self._exchange.request.get("messages")
+        return injection.last_user_text(messages if isinstance(messages, list) else [])
 
     async def _save(self, items: dict[str, dict[str, Any]]) -> None:
         kept = {}
@@ -154,4 +169,24 @@ class ReceiptRepair(Repair):
             kept[self._scope.key(key)] = receipt
         if kept:
             await self._store.put_many(kept)
-            self._exchange.count("signatures_captured", len(kept))
+            for key in kept:
+                self._exchange.count(_kind(key, self._profile.receipts) + "_captured")
+
+
+def _receipt(source: dict[str, Any], rules: tuple[ReceiptRule, ...]) -> dict[str, Any]:
+    """The receipt fields `source` carries, as a sparse copy keyed by the same paths."""
+    builders = [FieldBuilder(rule) for rule in rules]
+    receipt: dict[str, Any] = {}
+    for builder in builders:
+        builder.feed(source)
+        if builder.value() is not None:
+            set_path(receipt, builder.rule.path, builder.value())
+    return receipt
+
+
+def _kind(key: str, rules: tuple[ReceiptRule, ...]) -> str:
+    """What a stored key is counted as: calls hold signatures, turns the message rules' kind."""
+    scope = key.split(":", 3)[2]
+    on = {"call": "call", "turn": "tool_turn", "text": "text_turn"}[scope]
+    kinds = sorted({rule.kind for rule in rules if rule.on == on})
+    return kinds[0] if len(kinds) == 1 else "receipts"
