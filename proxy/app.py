@@ -60,29 +60,33 @@ class Proxy:
                 "STREAMFIX_API_KEYS: must be set when a route holds its own upstream key, "
                 "or anyone who can reach the proxy could spend that key"
             )
-        self._transport = transport or upstream_transport(settings)
-        self.client: httpx.AsyncClient | None = None
+        # The transport itself, not an AsyncClient around it: the proxy needs none of a client's
+        # cookies, auth flows, redirects or URL merging, and they cost more than the relay.
+        self.transport = (
+            transport
+            or upstream_transport(settings)
+            or httpx.AsyncHTTPTransport(limits=UPSTREAM_LIMITS)
+        )
+        self.started = False
         self.store: ReceiptStore = open_store(settings.signatures)
         self.metrics = Metrics()
 
     @asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        async with httpx.AsyncClient(
-            transport=self._transport, limits=UPSTREAM_LIMITS, follow_redirects=False
-        ) as client:
-            self.client = client
-            try:
-                yield
-            finally:
-                await self.store.aclose()
-        self.client = None
+        self.started = True
+        try:
+            yield
+        finally:
+            self.started = False
+            await self.transport.aclose()
+            await self.store.aclose()
 
     async def healthz(self, request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
     async def readyz(self, request: Request) -> Response:
         store_ok = await self.store.ping()
-        ready = store_ok and self.client is not None
+        ready = store_ok and self.started
         return JSONResponse(
             {"status": "ready" if ready else "not ready", "store": store_ok},
             status_code=200 if ready else 503,
@@ -184,26 +188,26 @@ class Proxy:
     async def _send(
         self, request: Request, route: Route, path: str, content: bytes, exchange: Exchange
     ) -> httpx.Response | Response:
-        assert self.client is not None, "the lifespan owns the upstream client"
         headers = request_headers(
             request.headers.items(),
             exchange.request_id,
             credential=route.upstream_key,
             drop_credential=bool(self.proxy_keys),
         )
-        outgoing = self.client.build_request(
+        outgoing = httpx.Request(
             request.method,
             upstream_url(route.upstream, path, request.url.query),
             headers=headers,
             content=content,
-            timeout=route.timeout,
             extensions={
-                UPSTREAM: {"base_url": route.upstream.base_url, "profile": exchange.profile.name}
+                "timeout": route.timeout.as_dict(),
+                UPSTREAM: {"base_url": route.upstream.base_url, "profile": exchange.profile.name},
             },
         )
         started = time.monotonic()
         try:
-            response = await self.client.send(outgoing, stream=True)
+            response = await self.transport.handle_async_request(outgoing)
+            response.request = outgoing
         except httpx.HTTPError as exc:
             status, message, code = describe_failure(exc)
             logger.warning(
@@ -227,6 +231,8 @@ class Proxy:
         """One log line per exchange, and its counts into the metrics."""
         duration = time.monotonic() - exchange.started
         self.metrics.record(exchange.route, status, duration, exchange.repairs)
+        if not logger.isEnabledFor(logging.INFO):
+            return
         repairs = ",".join(f"{kind}:{n}" for kind, n in sorted(exchange.repairs.items()))
         fields = {
             "request_id": exchange.request_id,
