@@ -81,13 +81,8 @@ async def repaired_json(
     if (recording := upstream.extensions.get(CASSETTE)) is not None:
         recording.sent(raw)
         recording.save()
-
-    async def closed() -> None:
-        await chain.on_close()  # store writes, after the client has its answer
-        on_close()
-
     return Response(
-        raw, status_code=upstream.status_code, headers=headers, background=BackgroundTask(closed)
+        raw, status_code=upstream.status_code, headers=headers, background=BackgroundTask(on_close)
     )
 
 

@@ -24,7 +24,7 @@ def set_path(obj: dict[str, Any], path: Path, value: Any) -> bool:
         elif not isinstance(child, dict):
             return False
         obj = child
-    if obj.get(path[-1]) is not None:
+    if obj.get(path[-1]) not in (None, "", []):
         return False
     obj[path[-1]] = value
     return True

@@ -40,10 +40,6 @@ class Repair:
         """Edit a non-streamed completion in place; return True when it changed."""
         return False
 
-    async def on_close(self) -> None:
-        """The client has the whole answer: slow bookkeeping (store writes) goes here, off
-        the client's path."""
-
 
 class RepairChain:
     def __init__(self, repairs: Sequence[Repair], *, strict: bool = False) -> None:
@@ -77,10 +73,6 @@ class RepairChain:
                     next_items.extend((out, None) for out in result)
             items = next_items
         return items
-
-    async def on_close(self) -> None:
-        for repair in self.repairs:
-            await self._guard_async(repair, repair.on_close, default=None)
 
     async def on_end(self) -> list[tuple[Chunk, bytes | None]]:
         """Each repair's closing chunks still flow through the repairs after it."""
@@ -167,4 +159,3 @@ async def repaired_stream(
         yield on_abort(exc)
         return
     yield tail + emit(await chain.on_end()) + DONE
-    await chain.on_close()

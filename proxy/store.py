@@ -6,6 +6,7 @@ Both stores therefore swallow backend errors (logged, counted) instead of raisin
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import OrderedDict
@@ -28,6 +29,10 @@ class ReceiptStore(Protocol):
 
     async def put_many(self, items: dict[str, Receipt]) -> None: ...
 
+    def put_later(self, items: dict[str, Receipt]) -> None:
+        """Store without waiting: the write outlives the request that made it."""
+        ...
+
     async def ping(self) -> bool: ...
 
     async def aclose(self) -> None: ...
@@ -47,11 +52,12 @@ class MemoryStore:
         self.ttl_seconds = ttl_seconds
         self.max_total_bytes = max_total_bytes
         self.total_bytes = 0
-        """Characters of keys and values held: reasoning texts make entries very unequal."""
+        """UTF-8 bytes of keys and values held: reasoning texts make entries very unequal."""
         self.errors = 0
         self._clock = clock
-        # Values are kept as compact JSON text: half the memory of the nested dicts they are.
-        self._entries: OrderedDict[str, tuple[float, str]] = OrderedDict()
+        # (expiry, value as compact JSON text, UTF-8 size of key and value): text takes half
+        # the memory of the nested dicts it encodes; the budget counts bytes, not characters.
+        self._entries: OrderedDict[str, tuple[float, str, int]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -63,7 +69,7 @@ class MemoryStore:
             entry = self._entries.get(key)
             if entry is None:
                 continue
-            expires, value = entry
+            expires, value, _ = entry
             if expires <= now:
                 self._drop(key)
                 continue
@@ -72,13 +78,16 @@ class MemoryStore:
         return found
 
     async def put_many(self, items: dict[str, Receipt]) -> None:
+        self._put(items)
+
+    def _put(self, items: dict[str, Receipt]) -> None:
         expires = self._clock() + self.ttl_seconds
         for key, value in items.items():
             if key in self._entries:
                 self._drop(key)
-            text = orjson.dumps(value).decode()
-            self._entries[key] = (expires, text)
-            self.total_bytes += len(key) + len(text)
+            encoded = orjson.dumps(value)
+            self._entries[key] = (expires, encoded.decode(), len(key.encode()) + len(encoded))
+            self.total_bytes += self._entries[key][2]
         budget = self.max_total_bytes
         while len(self._entries) > self.max_entries or (
             budget is not None and self.total_bytes > budget and self._entries
@@ -86,8 +95,10 @@ class MemoryStore:
             self._drop(next(iter(self._entries)))
 
     def _drop(self, key: str) -> None:
-        _, text = self._entries.pop(key)
-        self.total_bytes -= len(key) + len(text)
+        self.total_bytes -= self._entries.pop(key)[2]
+
+    def put_later(self, items: dict[str, Receipt]) -> None:
+        self._put(items)  # in-process: nothing to wait for
 
     async def ping(self) -> bool:
         return True
@@ -120,6 +131,7 @@ class RedisStore:
             health_check_interval=0,
         )
         self._errors_types: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
+        self._pending: set[asyncio.Task[None]] = set()
 
     async def get_many(self, keys: list[str]) -> dict[str, Receipt]:
         if not keys:
@@ -149,6 +161,11 @@ class RedisStore:
         except self._errors_types as exc:
             self._failed("write", exc)
 
+    def put_later(self, items: dict[str, Receipt]) -> None:
+        task = asyncio.get_running_loop().create_task(self.put_many(items))
+        self._pending.add(task)  # a reference, or the loop may drop the task mid-write
+        task.add_done_callback(self._pending.discard)
+
     async def ping(self) -> bool:
         try:
             return bool(await self._client.ping())
@@ -157,6 +174,8 @@ class RedisStore:
             return False
 
     async def aclose(self) -> None:
+        if self._pending:  # writes still in flight finish first (bounded by socket timeouts)
+            await asyncio.gather(*self._pending, return_exceptions=True)
         await self._client.aclose()
 
     def _failed(self, operation: str, exc: BaseException) -> None:

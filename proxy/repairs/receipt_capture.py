@@ -25,7 +25,8 @@ class FieldBuilder:
         if value is None:
             return
         if self.rule.merge == "concat" and isinstance(value, str):
-            self._value = (self._value or "") + value
+            previous = self._value if isinstance(self._value, str) else ""
+            self._value = previous + value
         elif self.rule.merge == "by_index" and isinstance(value, list):
             for piece in value:
                 self._merge_piece(piece)
@@ -40,7 +41,9 @@ class FieldBuilder:
     def _merge_piece(self, piece: Any) -> None:
         if not isinstance(piece, dict):
             return
-        key = piece.get("index", ("unindexed", len(self._order)))
+        key = piece.get("index")
+        if not isinstance(key, int | str) or isinstance(key, bool):
+            key = ("unindexed", len(self._order))  # no usable index: a piece of its own
         if key not in self._pieces:
             self._pieces[key] = dict(piece)
             self._order.append(key)

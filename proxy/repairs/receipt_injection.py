@@ -118,7 +118,7 @@ def missing_required(messages: list[Any], profile: ProviderProfile) -> dict[str,
     for message, _ in assistant_messages(messages):
         if calls_of(message):
             for rule in profile.rules("tool_turn"):
-                if rule.required and get_path(message, rule.path) is None:
+                if rule.required and get_path(message, rule.path) in (None, "", []):
                     missing[rule.kind] = missing.get(rule.kind, 0) + 1
     return missing
 
@@ -159,5 +159,6 @@ def _current_turn_start(messages: list[Any]) -> int:
 
 
 def _lacks(target: dict[str, Any], rules: tuple[ReceiptRule, ...]) -> bool:
-    """Carries none of its receipts (a client that kept one kept the one that matters)."""
-    return all(get_path(target, rule.path) is None for rule in rules)
+    """Carries none of its receipts (a client that kept one kept the one that matters). An
+    empty value is no receipt: clients that drop reasoning often leave `""` or `[]` behind."""
+    return all(get_path(target, rule.path) in (None, "", []) for rule in rules)

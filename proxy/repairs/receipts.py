@@ -28,7 +28,9 @@ class ReceiptRepair(Repair):
     client has the whole answer), puts them back verbatim on the exact call or message they
     came with, fills Google's documented placeholder for current-turn steps nobody can sign,
     counts required receipts still missing, and strips Google metadata from requests to other
-    upstreams. It never changes what the client is sent.
+    upstreams. It never changes what the client is sent. Store writes are handed to the store
+    at the end of the answer and never wait for it: a slow store must not delay `[DONE]`, and
+    a client that hangs up at `[DONE]` must not cancel them.
     Recordings: `gemini_indexless_call_stop`, `gemini_signature_only_delta`,
     `gemini_text_thought_signature`.
     """
@@ -100,10 +102,8 @@ class ReceiptRepair(Repair):
                 message["tool_calls"] = [{"id": call_id} for call_id in ids]
             values = {b.rule.path: b.value() for b in self._fields.get(index, ())}
             self._capture_message(message, values)
+        self._save(self._captured)
         return []
-
-    async def on_close(self) -> None:
-        await self._save(self._captured)
 
     async def on_response(self, body: dict[str, Any]) -> bool:
         if not self._profile.keeps_receipts:
@@ -120,6 +120,7 @@ class ReceiptRepair(Repair):
             for builder in builders:
                 builder.feed(message)
             self._capture_message(message, {b.rule.path: b.value() for b in builders})
+        self._save(self._captured)
         return False
 
     def _observe(self, index: int, delta: dict[str, Any]) -> None:
@@ -160,7 +161,7 @@ class ReceiptRepair(Repair):
         messages = self._exchange.request.get("messages")
         return injection.last_user_text(messages if isinstance(messages, list) else [])
 
-    async def _save(self, items: dict[str, dict[str, Any]]) -> None:
+    def _save(self, items: dict[str, dict[str, Any]]) -> None:
         kept = {}
         for key, receipt in items.items():
             if len(orjson.dumps(receipt)) > self._max_value_bytes:
@@ -168,7 +169,7 @@ class ReceiptRepair(Repair):
                 continue
             kept[self._scope.key(key)] = receipt
         if kept:
-            await self._store.put_many(kept)
+            self._store.put_later(kept)
             for key in kept:
                 self._exchange.count(_kind(key, self._profile.receipts) + "_captured")
 

@@ -57,7 +57,6 @@ class Harness:
         for chunk in chunks:
             assert repair.on_chunk(copy.deepcopy(chunk)) is None  # capture never edits
         asyncio.run(repair.on_end())
-        asyncio.run(repair.on_close())
         return exchange
 
     def request(self, messages: list[dict], tenant: str | None = None) -> tuple[list, Exchange]:
@@ -213,7 +212,6 @@ def test_non_streamed_response_is_captured() -> None:
         ]
     }
     asyncio.run(repair.on_response(response))
-    asyncio.run(repair.on_close())
     messages, _ = h.request(follow_up(signed("n1")))
     assert signature_of(messages[1]["tool_calls"][0]) == "SIG-N"
 
