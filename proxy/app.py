@@ -217,7 +217,9 @@ class Proxy:
                 time.monotonic() - started,
                 type(exc).__name__,
             )
-            return error_response(status, message, "upstream_error", code)
+            failure = error_response(status, message, "upstream_error", code)
+            failure.headers["x-request-id"] = exchange.request_id
+            return failure
         self.metrics.time_to_first_byte.labels(route.name).observe(time.monotonic() - started)
         return response
 

@@ -37,38 +37,38 @@ class SSEDecoder:
 
     def __init__(self, max_event_bytes: int | None = None) -> None:
         self._max_event_bytes = max_event_bytes
-        self._pending = b""  # bytes after the last complete line
+        self._pending = bytearray()  # bytes after the last complete line
         self._raw = bytearray()  # complete lines of the current event
         self._data: list[bytes] = []
         self._event: bytes | None = None
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
-        buf = self._pending + chunk if self._pending else chunk
+        buf = self._pending
+        # Only the new bytes can hold a line end, plus a CR held back from the last feed: a
+        # long line arriving in small pieces costs linear time, not quadratic.
+        search_from = max(len(buf) - 1, 0)
+        buf += chunk
         events: list[SSEEvent] = []
         pos = 0
         end = len(buf)
-        while (match := _LINE_END.search(buf, pos)) is not None:
-            if (
-                match.end() == end
-                and buf[match.start()] == 0x0D
-                and match.end() - match.start() == 1
-            ):
+        while (match := _LINE_END.search(buf, search_from)) is not None:
+            if match.end() == end and match.group() == b"\r":
                 break  # a CR at the very end may be the first half of a CRLF
-            line = buf[pos : match.start()]
+            line = bytes(buf[pos : match.start()])
             self._raw += buf[pos : match.end()]
-            pos = match.end()
+            pos = search_from = match.end()
             if line:
                 self._field(line)
             else:
                 events.append(self._dispatch())
-        self._pending = buf[pos:]
+        del buf[:pos]
         self._check_size()
         return events
 
     def flush(self) -> list[SSEEvent]:
         """End of stream: an unterminated last line or event is still delivered, not lost."""
         if self._pending:
-            pending, self._pending = self._pending, b""
+            pending, self._pending = bytes(self._pending), bytearray()
             self._raw += pending
             line = pending.rstrip(b"\r")
             if line:

@@ -58,7 +58,8 @@ def request_headers(
 def response_headers(upstream: httpx.Headers) -> dict[str, str]:
     """Upstream response headers the client may see. The body is re-framed and already decoded
     by httpx, so length and encoding are the server's business, not the upstream's."""
-    dropped = HOP_BY_HOP | _connection_listed(upstream) | {"content-encoding"}
+    # uvicorn writes its own date and server headers: the upstream's would go out twice.
+    dropped = HOP_BY_HOP | _connection_listed(upstream) | {"content-encoding", "date", "server"}
     return {name: value for name, value in upstream.items() if name.lower() not in dropped}
 
 

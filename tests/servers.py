@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import uvicorn
@@ -21,9 +22,25 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+@dataclass(frozen=True)
+class Served:
+    """A running server: its base URL, and the uvicorn Server for tests that look inside it
+    (`server.server_state.connections` and `.tasks` count open connections and requests)."""
+
+    url: str
+    server: uvicorn.Server
+
+
 @contextmanager
 def serve_in_thread(app: Any, *, startup_timeout: float = 10.0) -> Iterator[str]:
     """Serve `app` on 127.0.0.1 and yield its base URL (no trailing slash)."""
+    with serving_in_thread(app, startup_timeout=startup_timeout) as served:
+        yield served.url
+
+
+@contextmanager
+def serving_in_thread(app: Any, *, startup_timeout: float = 10.0) -> Iterator[Served]:
+    """`serve_in_thread`, yielding the uvicorn Server along with the URL."""
     port = free_port()
     config = uvicorn.Config(
         app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", access_log=False
@@ -37,7 +54,7 @@ def serve_in_thread(app: Any, *, startup_timeout: float = 10.0) -> Iterator[str]
             raise RuntimeError(f"uvicorn did not start on port {port}")
         time.sleep(0.01)
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield Served(f"http://127.0.0.1:{port}", server)
     finally:
         server.should_exit = True
         thread.join(timeout=10)
