@@ -25,7 +25,8 @@ from proxy.exchange import Exchange
 from proxy.logs import EXCHANGE
 from proxy.metrics import CONTENT_TYPE, Metrics
 from proxy.pipeline import RepairChain
-from proxy.recording import UPSTREAM, UPSTREAM_LIMITS, upstream_transport
+from proxy.pool import live_transport
+from proxy.recording import UPSTREAM, upstream_transport
 from proxy.repairs import default_repairs
 from proxy.routing import Route, Router
 from proxy.settings import ConfigError, Settings
@@ -62,11 +63,7 @@ class Proxy:
             )
         # The transport itself, not an AsyncClient around it: the proxy needs none of a client's
         # cookies, auth flows, redirects or URL merging, and they cost more than the relay.
-        self.transport = (
-            transport
-            or upstream_transport(settings)
-            or httpx.AsyncHTTPTransport(limits=UPSTREAM_LIMITS)
-        )
+        self.transport = transport or upstream_transport(settings) or live_transport()
         self.started = False
         self.store: ReceiptStore = open_store(settings.signatures)
         self.metrics = Metrics()
@@ -206,7 +203,7 @@ class Proxy:
         )
         started = time.monotonic()
         try:
-            response = await self.transport.handle_async_request(outgoing)
+            response = await self._send_once_more_if_stale(outgoing, exchange)
             response.request = outgoing
         except httpx.HTTPError as exc:
             status, message, code = describe_failure(exc)
@@ -222,6 +219,19 @@ class Proxy:
             return failure
         self.metrics.time_to_first_byte.labels(route.name).observe(time.monotonic() - started)
         return response
+
+    async def _send_once_more_if_stale(
+        self, outgoing: httpx.Request, exchange: Exchange
+    ) -> httpx.Response:
+        """A pooled connection the upstream closed while it sat idle fails before any response
+        byte ("Server disconnected without sending a response", or a reset). The upstream did
+        not answer, so the request goes once more, on a fresh connection; any other failure,
+        or a second one, is the client's answer."""
+        try:
+            return await self.transport.handle_async_request(outgoing)
+        except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+            exchange.note("upstream_retried", "no response on a pooled connection: %s", exc)
+            return await self.transport.handle_async_request(outgoing)
 
     @staticmethod
     def _client_headers(upstream: httpx.Response, request_id: str) -> dict[str, str]:

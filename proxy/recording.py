@@ -26,11 +26,11 @@ from proxy.cassettes import (
     safe_query,
     safe_url,
 )
+from proxy.pool import live_transport
 from proxy.settings import Settings
 
 logger = logging.getLogger(__name__)
 
-UPSTREAM_LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=200)
 
 UPSTREAM = "streamfix.upstream"
 """Request extension: the base URL and profile of the route a request goes to, so the
@@ -258,7 +258,7 @@ def upstream_transport(settings: Settings) -> httpx.AsyncBaseTransport | None:
             Path(recording.replay_dir), settings.upstream.base_url, recording.replay_timing
         )
     if recording.record_dir:
-        live = httpx.AsyncHTTPTransport(limits=UPSTREAM_LIMITS)
+        live = live_transport()
         secret = frozenset(name.lower() for name in recording.secret_headers)
         return RecordingTransport(
             live, Path(recording.record_dir), settings.upstream.base_url, secret

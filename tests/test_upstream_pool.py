@@ -1,0 +1,78 @@
+"""The live pool: one retry on a connection the upstream closed while idle; sharded pools."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from proxy.app import create_app
+from proxy.pool import ShardedTransport
+from proxy.settings import Settings
+from tests.servers import serve_in_thread
+
+SSE = b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\ndata: [DONE]\n\n'
+
+
+class FlakyTransport(httpx.AsyncBaseTransport):
+    """Fails the first `failures` sends the way a stale pooled connection does."""
+
+    def __init__(self, failures: int, error: type[Exception] = httpx.RemoteProtocolError):
+        self.failures = failures
+        self.error = error
+        self.sent = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.sent += 1
+        if self.sent <= self.failures:
+            raise self.error("Server disconnected without sending a response.")
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=SSE)
+
+
+def post(url: str) -> httpx.Response:
+    body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True}
+    return httpx.post(f"{url}/v1/chat/completions", json=body)
+
+
+@pytest.mark.parametrize("error", [httpx.RemoteProtocolError, httpx.ReadError])
+def test_a_stale_connection_is_retried_once(error) -> None:
+    transport = FlakyTransport(failures=1, error=error)
+    settings = Settings().with_values({"upstream.base_url": "http://127.0.0.1:9/v1"})
+    with serve_in_thread(create_app(settings, transport=transport)) as url:
+        response = post(url)
+        metrics = httpx.get(f"{url}/metrics").text
+    assert response.status_code == 200
+    assert response.content.endswith(b"data: [DONE]\n\n")
+    assert transport.sent == 2
+    assert 'streamfix_repairs_total{kind="upstream_retried"} 1.0' in metrics
+
+
+def test_a_second_failure_is_the_clients_answer() -> None:
+    transport = FlakyTransport(failures=2)
+    settings = Settings().with_values({"upstream.base_url": "http://127.0.0.1:9/v1"})
+    with serve_in_thread(create_app(settings, transport=transport)) as url:
+        response = post(url)
+    assert response.status_code == 502
+    assert response.json()["error"]["code"] == "upstream_failed"
+    assert transport.sent == 2
+
+
+async def test_sharded_transport_spreads_requests_and_closes_every_shard(monkeypatch) -> None:
+    pool = ShardedTransport(shards=3, keepalive_per_shard=1)
+    seen: list[int] = []
+    closed: list[int] = []
+    for number, shard in enumerate(pool._shards):
+
+        async def handle(request, number=number):
+            seen.append(number)
+            return httpx.Response(204)
+
+        async def aclose(number=number):
+            closed.append(number)
+
+        monkeypatch.setattr(shard, "handle_async_request", handle)
+        monkeypatch.setattr(shard, "aclose", aclose)
+    for _ in range(6):
+        await pool.handle_async_request(httpx.Request("GET", "http://127.0.0.1:9/"))
+    await pool.aclose()
+    assert seen == [0, 1, 2, 0, 1, 2]
+    assert closed == [0, 1, 2]
