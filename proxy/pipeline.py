@@ -62,17 +62,16 @@ class RepairChain:
         self, chunk: Chunk, raw: bytes | None, start: int = 0
     ) -> list[tuple[Chunk, bytes | None]]:
         """Run `chunk` through repairs[start:]; pairs keep the raw bytes while nothing changed."""
-        items = [(chunk, raw)]
-        for repair in self.repairs[start:]:
-            next_items: list[tuple[Chunk, bytes | None]] = []
-            for item, item_raw in items:
-                result = self._guard(repair, repair.on_chunk, item, default=None)
-                if result is None:
-                    next_items.append((item, item_raw))
-                else:
-                    next_items.extend((out, None) for out in result)
-            items = next_items
-        return items
+        repairs = self.repairs
+        # Fast path: most chunks pass every repair untouched, so no lists are built for them.
+        for position in range(start, len(repairs)):
+            result = self._guard(repairs[position], repairs[position].on_chunk, chunk, default=None)
+            if result is not None:
+                items: list[tuple[Chunk, bytes | None]] = []
+                for out in result:
+                    items.extend(self.on_chunk(out, None, position + 1))
+                return items
+        return [(chunk, raw)]
 
     async def on_end(self) -> list[tuple[Chunk, bytes | None]]:
         """Each repair's closing chunks still flow through the repairs after it."""

@@ -1,0 +1,1244 @@
+"""Performance: streamfix against direct, a do-nothing proxy and LiteLLM, in one run (issue 9).
+
+    python bench/perf.py                 # the full run, under 10 minutes on 2 cores
+    python bench/perf.py --quick         # a smoke run of about a minute
+    python bench/perf.py --profile 15    # then py-spy streamfix, 15 s per profiled load
+    python bench/perf.py --no-litellm    # without LiteLLM (its start-up alone takes 10-60 s)
+
+Processes, all on 127.0.0.1, each its own process group, all ended in `finally`:
+
+- the fake upstream (bench/perf_fake.py): raw asyncio HTTP/1.1, answers chosen by model name;
+- the targets: **direct** (the client talks to the fake: the limit), **do-nothing**
+  (`python -m proxy serve` with `repairs.enabled = false`), **streamfix** (default config,
+  profile auto: the Gemini stream's model says "gemini", so receipts are captured), and
+  **litellm** (`litellm[proxy]` in bench/results/litellm-venv, installed when missing, an
+  OpenAI-compatible passthrough `openai/*` to the same fake);
+- the load generator (bench/perf_load.py): raw asyncio HTTP/1.1 client, one process, jobs
+  over a pipe.
+
+Phases run metric by metric, each over every target in turn, so that a noisy moment of the
+machine lands on all targets alike:
+
+1. correctness: one answer per stream kind from every target; streamfix's tool-call streams
+   must pass `proxy.conformance.violations` and carry exactly the fake's calls (checked again
+   after the load);
+2. memory: idle RSS, then RSS with N slow streams held open (per-stream cost);
+3. added latency: concurrency 1, non-streamed and a 20-event stream, targets interleaved
+   request by request; target minus direct at the median and p99;
+4. throughput: closed-loop workers at concurrency 1, 50, 200 on 50-event streams (text,
+   Gemini tool calls, OpenAI fragmented tool calls), in rounds with the targets taking turns;
+   the best round counts;
+5. CPU: server CPU seconds (whole process tree, from /proc) per 10,000 upstream events, from
+   a fixed load at concurrency 50, in rounds too;
+6. growth: RSS before and after 20,000 sequential exchanges (capped in time; the count done
+   is reported).
+
+Prints one table and writes bench/results/perf.json (raw figures of every phase included).
+Exit status: 0; 1 when streamfix's output failed a correctness check; 2 when the run was
+aborted (a target that would not start, a job past its time limit, the overall deadline).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from perf_fake import expected_calls
+from perf_procs import HOST, free_port, start, stop
+
+from proxy.conformance import stream_chunks, violations
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+RESULTS = BENCH / "results"
+MiB = 1024 * 1024
+EVENTS = 50  # events per stream in the throughput and CPU phases
+SHORT = 20  # events of the "short stream" in the latency phase
+LITELLM_SPEC = "litellm[proxy]==1.108.7"
+TARGETS = ("direct", "do-nothing", "streamfix", "litellm")
+MODELS = {  # stream kind -> model name the fake understands
+    "text": f"perf-text-{EVENTS}",
+    "gtools": f"gemini-gtools-{EVENTS}",
+    "otools": f"perf-otools-{EVENTS}",
+    "json": "perf-json",  # non-streamed
+}
+KIND_LABELS = {
+    "text": "text",
+    "gtools": "Gemini tool calls",
+    "otools": "OpenAI fragmented calls",
+    "json": "non-streamed",
+}
+
+
+@dataclass(frozen=True)
+class Plan:
+    latency_requests: int = 500
+    latency_warmup: int = 50
+    window: float = 2.5
+    warmup: float = 0.5
+    rounds: int = 2
+    """Throughput and CPU loads are cut into rounds, the targets taking turns round by round,
+    so that a busy spell of the machine lands on every target alike. Throughput is the best
+    round's, CPU per event that of all rounds together."""
+    concurrency: dict[str, tuple[int, ...]] = field(
+        default_factory=lambda: {"text": (1, 50, 200), "gtools": (1, 50, 200), "otools": (50,)}
+    )
+    cpu_events: int = 10_000
+    hold_streams: int = 500
+    growth_exchanges: int = 20_000
+    growth_seconds: float = 45.0
+    profile: tuple[tuple[str, int], ...] = (
+        ("json", 10),
+        ("text", 50),
+        ("gtools", 50),
+        ("otools", 50),
+        ("text", 200),
+    )
+    deadline_seconds: float = 14 * 60
+
+
+QUICK = Plan(
+    latency_requests=100,
+    latency_warmup=10,
+    window=1.0,
+    warmup=0.3,
+    rounds=1,
+    concurrency={"text": (1, 50), "gtools": (50,), "otools": ()},
+    cpu_events=2_000,
+    hold_streams=100,
+    growth_exchanges=1_000,
+    growth_seconds=5.0,
+    profile=(("json", 10), ("text", 50), ("gtools", 50)),
+    deadline_seconds=5 * 60,
+)
+
+
+class Failed(Exception):
+    pass
+
+
+def progress(message: str) -> None:
+    print(f"[perf {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# ── the machine ──────────────────────────────────────────────────────────────
+
+
+def machine() -> dict[str, Any]:
+    model = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cores": os.cpu_count(),
+        "cpu_model": model,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "loadavg_start": os.getloadavg(),
+        "streamfix": source_revision(),
+    }
+
+
+def source_revision() -> str:
+    """Which proxy is measured: the checkout's commit, and whether proxy/ differs from it."""
+    try:
+        git = ["git", "-C", str(ROOT)]
+        rev = subprocess.run(
+            [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        changed = subprocess.run(
+            [*git, "status", "--porcelain", "--", "proxy"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "not a git checkout"
+    return rev + (" + uncommitted changes in proxy/" if changed else "")
+
+
+# ── the processes ────────────────────────────────────────────────────────────
+
+
+@dataclass
+class Target:
+    name: str
+    port: int
+    process: subprocess.Popen | None = None
+    """The server (None for direct: the client talks to the fake)."""
+    health: str = "/healthz"
+    note: str = ""
+    error: str = ""
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+
+def clean_env() -> dict[str, str]:
+    """The environment without the caller's STREAMFIX_* and LiteLLM settings."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("STREAMFIX_", "LITELLM_"))}
+
+
+def start_streamfix(name: str, port: int, upstream: str, repairs: bool, work: Path) -> Target:
+    command = [
+        sys.executable,
+        "-m",
+        "proxy",
+        "serve",
+        "--upstream",
+        upstream,
+        "--host",
+        HOST,
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+    ]
+    if not repairs:
+        config = work / "do-nothing.toml"
+        config.write_text("[repairs]\nenabled = false\n")
+        command[4:4] = ["--config", str(config)]
+    process = start(command, RESULTS / "logs" / f"{name}.log", env=clean_env(), cwd=ROOT)
+    return Target(name, port, process, "/healthz", " ".join(command[1:]))
+
+
+def ensure_litellm(venv: Path, spec: str) -> Path:
+    """The `litellm` executable in `venv`, installed there first when missing."""
+    executable = venv / "bin" / "litellm"
+    if executable.exists():
+        return executable
+    progress(f"installing {spec} into {venv} (once; about a minute)")
+    log = RESULTS / "logs" / "litellm-install.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("wb") as out:
+        steps = [
+            [sys.executable, "-m", "venv", str(venv)],
+            [str(venv / "bin" / "pip"), "install", "--quiet", spec],
+        ]
+        for step in steps:
+            try:
+                code = subprocess.run(step, stdout=out, stderr=subprocess.STDOUT, timeout=600)
+            except subprocess.TimeoutExpired as exc:
+                raise Failed(f"`{' '.join(step)}` took over 600 s") from exc
+            if code.returncode != 0:
+                tail = log.read_text(errors="replace").strip().splitlines()[-2:]
+                said = " | ".join(line[:240] for line in tail)
+                raise Failed(f"`{' '.join(step)}` exited {code.returncode}: {said} (see {log})")
+    if not executable.exists():
+        raise Failed(f"{spec} installed no `litellm` executable")
+    return executable
+
+
+LITELLM_ENV = {
+    # No master key: requests are not authenticated (the other targets do no auth either).
+    "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true",
+    "LITELLM_LOG": "ERROR",  # no per-request log lines (the proxies log at warning)
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # no fetch of the cost map at start-up
+    "LITELLM_DONT_SHOW_FEEDBACK_BOX": "true",
+    "DISABLE_ADMIN_UI": "True",
+}
+
+
+def litellm_config(upstream: str) -> dict[str, Any]:
+    """A passthrough: every model name goes to the fake as an OpenAI-compatible model. No
+    database, no callbacks, no spend or error logs, no cost map fetch."""
+    return {
+        "model_list": [
+            {
+                "model_name": "*",
+                "litellm_params": {"model": "openai/*", "api_base": upstream, "api_key": "x"},
+            }
+        ],
+        "litellm_settings": {
+            "set_verbose": False,
+            "json_logs": False,
+            "turn_off_message_logging": True,
+            "request_timeout": 600,
+        },
+        "general_settings": {"disable_spend_logs": True, "disable_error_logs": True},
+    }
+
+
+UVICORN_QUIET = {  # uvicorn's access log off, as for the streamfix targets
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(name)s %(levelname)s %(message)s"}},
+    "handlers": {
+        "err": {
+            "class": "logging.StreamHandler",
+            "formatter": "plain",
+            "stream": "ext://sys.stderr",
+        }
+    },
+    "loggers": {
+        name: {"handlers": ["err"], "level": "WARNING", "propagate": False}
+        for name in ("uvicorn", "uvicorn.error", "uvicorn.access")
+    },
+}
+
+
+def start_litellm(port: int, upstream: str, work: Path, venv: Path, spec: str) -> Target:
+    target = Target("litellm", port, health="/health/readiness")
+    try:
+        executable = ensure_litellm(venv, spec)
+    except Failed as exc:
+        target.error = f"not installed: {exc}"
+        return target
+    config = work / "litellm.yaml"  # JSON is YAML
+    config.write_text(json.dumps(litellm_config(upstream), indent=1))
+    log_config = work / "litellm-logging.json"
+    log_config.write_text(json.dumps(UVICORN_QUIET))
+    command = [
+        str(executable),
+        "--config",
+        str(config),
+        "--host",
+        HOST,
+        "--port",
+        str(port),
+        "--num_workers",
+        "1",
+        "--log_config",
+        str(log_config),
+    ]
+    env = {**clean_env(), **LITELLM_ENV}
+    target.process = start(command, RESULTS / "logs" / "litellm.log", env=env, cwd=work)
+    target.note = " ".join(["litellm", *command[1:]])
+    return target
+
+
+def litellm_version(venv: Path) -> str:
+    python = venv / "bin" / "python"
+    try:
+        return subprocess.run(
+            [str(python), "-c", "import importlib.metadata as m; print(m.version('litellm'))"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def wait_ready(target: Target, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    url = f"http://{HOST}:{target.port}{target.health}"
+    while time.monotonic() < deadline:
+        if target.process is not None and target.process.poll() is not None:
+            raise Failed(f"exited with status {target.process.returncode} before it was ready")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as answer:
+                if answer.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise Failed(f"not ready after {timeout:.0f} s ({url})")
+
+
+def fake_stats(port: int) -> dict[str, int]:
+    with urllib.request.urlopen(f"http://{HOST}:{port}/stats", timeout=5) as answer:
+        return json.loads(answer.read())
+
+
+class LoadGenerator:
+    """bench/perf_load.py in its own process: a job per line in, an answer per line out."""
+
+    def __init__(self) -> None:
+        self.process = start(
+            [sys.executable, str(BENCH / "perf_load.py")],
+            RESULTS / "logs" / "load.log",
+            env=clean_env(),
+            cwd=ROOT,
+            pipes=True,
+        )
+        self.answers: queue.Queue[bytes] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.answers.put(line)
+        self.answers.put(b"")
+
+    def run(self, job: dict[str, Any], timeout: float, on_event: Any = None) -> dict[str, Any]:
+        """Run `job`; `on_event(name)` hears the job's announcements before its answer."""
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps(job).encode() + b"\n")
+        self.process.stdin.flush()
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self.answers.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty as exc:
+                raise Failed(
+                    f"load generator: no answer to {job['job']} in {timeout:.0f} s"
+                ) from exc
+            if not line:
+                raise Failed("load generator exited (see bench/results/logs/load.log)")
+            answer = json.loads(line)
+            if "event" not in answer:
+                break
+            if on_event is not None:
+                on_event(answer["event"])
+        if not answer["ok"]:
+            raise Failed(f"load generator: {job['job']}: {answer['error']}")
+        return answer["result"]
+
+
+# ── correctness ──────────────────────────────────────────────────────────────
+
+
+def calls_in(body: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """Calls assembled by index (as a client does), and the finish reasons."""
+    calls: dict[int, dict[str, Any]] = {}
+    finishes: list[str] = []
+    for chunk in stream_chunks(body.encode()):
+        if not isinstance(chunk, dict):
+            continue
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta") or {}
+            for entry in delta.get("tool_calls") or ():
+                call = calls.setdefault(
+                    entry.get("index", -1),
+                    {"id": None, "name": None, "arguments": "", "signature": None},
+                )
+                call["id"] = call["id"] or entry.get("id")
+                function = entry.get("function") or {}
+                call["name"] = call["name"] or function.get("name")
+                call["arguments"] += function.get("arguments") or ""
+                google = (entry.get("extra_content") or {}).get("google") or {}
+                call["signature"] = google.get("thought_signature") or call["signature"]
+            if choice.get("finish_reason"):
+                finishes.append(choice["finish_reason"])
+    return [calls[i] for i in sorted(calls)], finishes
+
+
+def check_stream(kind: str, body: str) -> list[str]:
+    """Problems of one streamed answer to a tool-call model, for any client."""
+    problems = violations(body.encode())
+    if problems:
+        return problems
+    calls, finishes = calls_in(body)
+    expected = expected_calls(MODELS[kind])
+    for call in [*calls, *expected]:
+        with contextlib.suppress(ValueError, TypeError):
+            call["arguments"] = json.loads(call["arguments"]) if call["arguments"] else None
+    if calls != expected:
+        problems.append(f"calls differ from the fake's: got {json.dumps(calls)[:300]}")
+    if finishes != ["tool_calls"]:
+        problems.append(f"finish reasons {finishes}, expected ['tool_calls']")
+    return problems
+
+
+def correctness(load: LoadGenerator, targets: list[Target], when: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    models = [[MODELS["gtools"], True], [MODELS["otools"], True], [MODELS["text"], True]]
+    for target in targets:
+        answer = load.run(
+            {"job": "sample", "port": target.port, "timeout": 30, "models": models}, 120
+        )
+        bodies = answer["bodies"]
+        entry: dict[str, Any] = {}
+        for kind, sample in zip(("gtools", "otools"), bodies, strict=False):
+            if sample["status"] != 200:
+                entry[kind] = [f"status {sample['status']}: {sample['body'][:200]}"]
+            else:
+                entry[kind] = check_stream(kind, sample["body"])
+        text = bodies[2]
+        entry["text"] = (
+            [] if text["status"] == 200 else [f"status {text['status']}: {text['body'][:200]}"]
+        )
+        out[target.name] = entry
+    return {"when": when, "targets": out}
+
+
+# ── phases ───────────────────────────────────────────────────────────────────
+
+
+def pids(target: Target, fake_pid: int) -> dict[str, int]:
+    found = {"fake": fake_pid}
+    if target.pid is not None:
+        found["server"] = target.pid
+    return found
+
+
+def wait_fake_idle(fake_port: int, seconds: float) -> float:
+    """Seconds until the fake writes no stream (proxies passed the disconnects on)."""
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
+        if fake_stats(fake_port)["open_streams"] == 0:
+            return time.monotonic() - started
+        time.sleep(0.2)
+    return float("inf")
+
+
+def phase_memory(load: LoadGenerator, targets: list[Target], plan: Plan, fake_port: int) -> dict:
+    out = {}
+    # A slow stream: one event a second, 45 events; dropped by the client once measured.
+    model = "perf-text-45-d1000"
+    for target in targets:
+        if target.pid is None:
+            continue
+        progress(f"memory: {plan.hold_streams} open streams through {target.name}")
+        job = {
+            "job": "hold",
+            "port": target.port,
+            "pid": target.pid,
+            "model": model,
+            "streams": plan.hold_streams,
+            "settle": 1.0,
+            "timeout": 40,
+        }
+        result = load.run(job, 120)
+        result["upstream_closed_after_s"] = wait_fake_idle(fake_port, 60)
+        out[target.name] = result
+    return out
+
+
+def phase_latency(load: LoadGenerator, targets: list[Target], plan: Plan) -> dict:
+    progress(f"latency: {plan.latency_requests} requests per kind and target, interleaved")
+    job = {
+        "job": "latency",
+        "targets": {t.name: t.port for t in targets},
+        "pids": {t.name: t.pid for t in targets if t.pid is not None},
+        "kinds": [["json", "perf-json", False], ["short", f"perf-text-{SHORT}", True]],
+        "warmup": plan.latency_warmup,
+        "requests": plan.latency_requests,
+        "timeout": 30,
+    }
+    budget = 60 + (plan.latency_requests + plan.latency_warmup) * len(targets) * 0.5
+    return load.run(job, budget)
+
+
+def combine(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """One load's figures from its rounds: counts, bytes, seconds and CPU added up."""
+    total: dict[str, Any] = {"rounds": rounds, "problems": [], "cpu": Counter()}
+    for key in ("completed", "errors", "incomplete", "bytes", "requests", "seconds", "client_cpu"):
+        total[key] = sum(r[key] for r in rounds)
+    for r in rounds:
+        total["cpu"].update(r["cpu"])
+        total["problems"] += r["problems"][: 5 - len(total["problems"])]
+    total["cpu"] = dict(total["cpu"])
+    total["response_bytes"] = rounds[0]["response_bytes"]
+    return total
+
+
+def run_rounds(
+    load: LoadGenerator, targets: list[Target], rounds: int, job_for: Any, timeout: float
+) -> dict[str, dict[str, Any]]:
+    """`rounds` rounds, each target's job once per round, targets taking turns."""
+    parts: dict[str, list[dict[str, Any]]] = {t.name: [] for t in targets}
+    for number in range(rounds):
+        for target in targets:
+            parts[target.name].append(load.run(job_for(target, number), timeout))
+    return {name: combine(found) for name, found in parts.items()}
+
+
+def phase_throughput(load: LoadGenerator, targets: list[Target], plan: Plan, fake: int) -> dict:
+    out: dict[str, Any] = {}
+    for kind, levels in plan.concurrency.items():
+        for concurrency in levels:
+            progress(f"throughput: {kind} at concurrency {concurrency}")
+
+            def job_for(target: Target, number: int, c: int = concurrency, k: str = kind) -> dict:
+                return {
+                    "job": "load",
+                    "port": target.port,
+                    "model": MODELS[k],
+                    "concurrency": c,
+                    "seconds": plan.window,
+                    "warmup": plan.warmup,
+                    "timeout": 60,
+                    "pids": pids(target, fake),
+                }
+
+            found = run_rounds(load, targets, plan.rounds, job_for, plan.window + 240)
+            for result in found.values():
+                # Throughput: the best round (a busy spell elsewhere on the machine only ever
+                # slows a round down); CPU per event: all rounds together.
+                seconds = result["seconds"]
+                rates = [r["requests"] / r["seconds"] for r in result["rounds"]]
+                result["events_per_s_by_round"] = [rate * EVENTS for rate in rates]
+                result["requests_per_s"] = max(rates)
+                result["events_per_s"] = result["requests_per_s"] * EVENTS
+                result["server_cores"] = result["cpu"].get("server", 0) / seconds
+                server = result["cpu"].get("server")
+                events = result["requests"] * EVENTS
+                result["server_cpu_per_10k_events"] = (
+                    server * 10_000 / events if server is not None and events else None
+                )
+            out.setdefault(kind, {})[str(concurrency)] = found
+    return out
+
+
+def phase_cpu(load: LoadGenerator, targets: list[Target], plan: Plan, fake: int) -> dict:
+    out: dict[str, Any] = {}
+    count = max(plan.rounds, plan.cpu_events // EVENTS)
+    for kind in ("text", "gtools"):
+        progress(f"cpu: {count} {kind} streams ({count * EVENTS} events) at concurrency 50")
+
+        def job_for(target: Target, number: int, k: str = kind) -> dict:
+            share = count // plan.rounds + (1 if number < count % plan.rounds else 0)
+            return {
+                "job": "load",
+                "port": target.port,
+                "model": MODELS[k],
+                "concurrency": 50,
+                "count": share,
+                "timeout": 60,
+                "pids": pids(target, fake),
+            }
+
+        found = run_rounds(load, targets, plan.rounds, job_for, 400)
+        for result in found.values():
+            events = result["completed"] * EVENTS
+            result["events"] = events
+            result["cpu_per_10k_events"] = {
+                name: seconds * 10_000 / events if events else None
+                for name, seconds in result["cpu"].items()
+            }
+        out[kind] = found
+    return out
+
+
+def phase_growth(load: LoadGenerator, targets: list[Target], plan: Plan) -> dict:
+    out = {}
+    models = [["perf-json", False], [f"perf-text-{SHORT}", True], [f"gemini-gtools-{SHORT}", True]]
+    for target in targets:
+        if target.pid is None:
+            continue
+        progress(f"growth: up to {plan.growth_exchanges} sequential exchanges via {target.name}")
+        job = {
+            "job": "sequential",
+            "port": target.port,
+            "pid": target.pid,
+            "models": models,
+            "count": plan.growth_exchanges,
+            "max_seconds": plan.growth_seconds,
+            "timeout": 30,
+        }
+        out[target.name] = load.run(job, plan.growth_seconds + 120)
+    return out
+
+
+def phase_warmup(load: LoadGenerator, targets: list[Target]) -> None:
+    progress("warm-up")
+    models = [["perf-json", False], [MODELS["text"], True], [MODELS["gtools"], True]]
+    for target in targets:
+        job = {
+            "job": "sequential",
+            "port": target.port,
+            "pid": target.pid or os.getpid(),
+            "models": models,
+            "count": 150,
+            "max_seconds": 20,
+            "timeout": 30,
+        }
+        load.run(job, 120)
+
+
+# ── profile ──────────────────────────────────────────────────────────────────
+
+
+def phase_profile(
+    load: LoadGenerator, target: Target, plan: Plan, seconds: float, fake: int
+) -> dict[str, Any]:
+    """py-spy on the streamfix process during a load window, once per (kind, concurrency):
+    the recording starts when the load generator starts measuring (after its warm-up)."""
+    spy = shutil.which("py-spy")
+    if spy is None:
+        return {"error": "py-spy not found (python -m pip install py-spy)"}
+    out: dict[str, Any] = {}
+    for kind, concurrency in plan.profile:
+        label = f"{kind}-c{concurrency}"
+        raw = RESULTS / f"profile-streamfix-{label}.txt"
+        raw.unlink(missing_ok=True)
+        log = RESULTS / "logs" / f"py-spy-{label}.log"
+        progress(f"profile: py-spy on streamfix, {seconds:.0f} s of {kind} at c={concurrency}")
+        command = [
+            *(spy, "record", "--pid", str(target.pid), "--duration", str(int(seconds))),
+            *("--rate", "250", "--format", "raw", "--nonblocking", "--output", str(raw)),
+        ]
+        spying: list[subprocess.Popen] = []
+
+        def begin(
+            event: str,
+            command: list[str] = command,
+            log: Path = log,
+            spying: list[subprocess.Popen] = spying,
+        ) -> None:
+            if event == "measuring" and not spying:
+                spying.append(start(command, log))
+
+        job = {
+            "job": "load",
+            "port": target.port,
+            "model": MODELS[kind],
+            "stream": kind != "json",
+            "concurrency": concurrency,
+            "seconds": seconds + 1.5,  # py-spy takes a moment to attach
+            "warmup": 0.5,
+            "timeout": 60,
+            "pids": pids(target, fake),
+            "announce": True,
+        }
+        try:
+            load.run(job, seconds + 240, on_event=begin)
+            if spying:
+                spying[0].wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        finally:
+            for process in spying:
+                stop(process)
+        if not raw.exists():
+            text = log.read_text(errors="replace") if log.exists() else "not started"
+            out[label] = {"error": f"py-spy wrote nothing: {text.strip()[-300:]}"}
+            continue
+        out[label] = summarize_profile(raw)
+    return out
+
+
+def _frame_key(frame: str) -> str:
+    """`function (pkg/mod/file.py:123)` -> `function (mod/file.py)`: lines folded together."""
+    name, _, where = frame.partition(" (")
+    path = where.rstrip(")").rsplit(":", 1)[0]
+    short = "/".join(Path(path).parts[-2:]) if path else "?"
+    return f"{name} ({short})"
+
+
+def _package(frame: str) -> str:
+    """Where a frame's code lives: `proxy`, `proxy/repairs`, a third-party package's name, or
+    `stdlib:<module>` (py-spy gives paths relative to their sys.path entry)."""
+    where = frame.partition(" (")[2].rstrip(")").rsplit(":", 1)[0]
+    parts = Path(where).parts
+    if not parts or where.startswith("<"):
+        return "builtin"
+    top = parts[0].removesuffix(".py")
+    if top == "proxy":
+        return "proxy/repairs" if len(parts) > 2 and parts[1] == "repairs" else "proxy"
+    if top in sys.stdlib_module_names:
+        return f"stdlib:{top}"
+    return top
+
+
+_ENTRY_POINTS = ("(proxy/__main__.py)", "(proxy/cli.py)")
+
+
+WATCHED = (  # library functions whose inclusive share says where a request's cost goes
+    "AsyncClient.send",
+    "AsyncConnectionPool.handle_async_request",
+    "AsyncConnectionPool._assign_requests_to_connections",
+    "AsyncConnectionPool.response_closed",
+    "AsyncHTTP11Connection.handle_async_request",
+    "RequestResponseCycle.send",
+    "Metrics.record",
+    "SSEDecoder.feed",
+    "RepairChain.on_chunk",
+)
+
+
+IDLE_LEAVES = frozenset({"Condition.wait", "Event.wait", "Queue.get", "Thread.join", "sleep"})
+
+
+def summarize_profile(raw: Path, top: int = 12) -> dict[str, Any]:
+    """Shares of py-spy's samples: self time by function and by package, inclusive time of
+    streamfix's functions and of `WATCHED`. `Runner.run` as the leaf is uvloop's own C code
+    (the event loop, epoll included)."""
+    own: Counter[str] = Counter()
+    total: Counter[str] = Counter()
+    packages: Counter[str] = Counter()
+    watched: Counter[str] = Counter()
+    samples = idle = 0
+    for line in raw.read_text(errors="replace").splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack or not count_text.isdigit():
+            continue
+        count = int(count_text)
+        frames = [f for f in stack.split(";") if " (" in f]
+        if not frames:
+            continue
+        if frames[-1].partition(" (")[0] in IDLE_LEAVES:
+            idle += count  # a thread waiting (starlette's worker threads between jobs)
+            continue
+        samples += count
+        own[_frame_key(frames[-1])] += count
+        packages[_package(frames[-1])] += count
+        for key in {_frame_key(f) for f in frames}:
+            total[key] += count
+        for name in {f.partition(" (")[0] for f in frames} & set(WATCHED):
+            watched[name] += count
+
+    def share(counter: Counter[str]) -> list[list[Any]]:
+        return [[key, round(100 * n / samples, 1)] for key, n in counter.most_common(top)]
+
+    proxy_total = Counter(
+        {
+            key: n
+            for key, n in total.items()
+            if ("proxy/" in key or "repairs/" in key) and not key.endswith(_ENTRY_POINTS)
+        }
+    )
+    return {
+        "samples": samples,
+        "idle_samples_left_out": idle,
+        "self": share(own),
+        "self_by_package": share(packages),
+        "inclusive_streamfix_functions": share(proxy_total),
+        "inclusive_watched": [
+            [name, round(100 * watched[name] / samples, 1)] for name in WATCHED if watched[name]
+        ],
+        "raw": str(raw.relative_to(ROOT)),
+    }
+
+
+# ── the table ────────────────────────────────────────────────────────────────
+
+
+def ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.3f}"
+
+
+def added(lat: dict, kind: str, measure: str, name: str) -> tuple[float, float] | None:
+    try:
+        mine, base = lat[kind][name][measure], lat[kind]["direct"][measure]
+        return mine["median"] - base["median"], mine["p99"] - base["p99"]
+    except KeyError:
+        return None
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    if a is None or b is None or b == 0:
+        return "-"
+    return f"{a / b:.3g}"
+
+
+def build_table(results: dict[str, Any], names: list[str]) -> tuple[list[list[str]], list[str]]:
+    blank = [""] * len(names)
+    rows: list[list[str]] = []
+    lat = results.get("latency", {})
+    if lat:
+        rows.append(["added latency, ms: median / p99 [direct: its own]", *blank])
+    for kind, label in (("json", "non-streamed"), ("short", f"{SHORT}-event stream")):
+        for measure, edge in (("ttfb", "first byte"), ("ttlb", "last byte")):
+            row = [f"  {label}, {edge}"]
+            for name in names:
+                if name == "direct":
+                    base = lat.get(kind, {}).get("direct", {}).get(measure)
+                    row.append(f"[{ms(base['median'])} / {ms(base['p99'])}]" if base else "-")
+                    continue
+                pair = added(lat, kind, measure, name)
+                row.append(f"{ms(pair[0])} / {ms(pair[1])}" if pair else "-")
+            rows.append(row)
+    if lat:
+        row = ["  server CPU per request, ms: non-streamed / stream"]
+        for name in names:
+            cpu = [lat[k].get(name, {}).get("server_cpu_per_request") for k in ("json", "short")]
+            row.append("-" if None in cpu else f"{ms(cpu[0])} / {ms(cpu[1])}")
+        rows.append(row)
+    through = results.get("throughput", {})
+    if through:
+        rows.append(["throughput: events/s / req/s / server CPU-s per 10k events", *blank])
+    for kind, levels in through.items():
+        for concurrency, per_target in levels.items():
+            row = [f"  {KIND_LABELS[kind]}, c={concurrency}"]
+            for name in names:
+                r = per_target.get(name)
+                cpu = r and r.get("server_cpu_per_10k_events")
+                row.append(
+                    f"{r['events_per_s']:,.0f} / {r['requests_per_s']:,.0f}"
+                    + (f" / {cpu:.2f}" if cpu is not None else "")
+                    + (" !" if r["errors"] or r["incomplete"] else "")
+                    if r
+                    else "-"
+                )
+            rows.append(row)
+    cpu = results.get("cpu", {})
+    if cpu:
+        events = max((r.get("events", 0) for k in cpu.values() for r in k.values()), default=0)
+        rows.append([f"server CPU-s per 10k events (fixed load, {events:,} events, c=50)", *blank])
+    for kind, per_target in cpu.items():
+        row = [f"  {KIND_LABELS[kind]}"]
+        for name in names:
+            value = server_cpu(per_target, name)
+            row.append("-" if value is None else f"{value:.2f}")
+        rows.append(row)
+    memory = results.get("memory", {})
+    growth = results.get("growth", {})
+    if memory or growth:
+        rows.append(["server memory (RSS of the process tree)", *blank])
+    streams = max((m.get("opened", 0) for m in memory.values()), default=0)
+    for label, key in (("  idle, MiB", "idle"), (f"  {streams} open streams, MiB", "held")):
+        row = [label]
+        for name in names:
+            m = memory.get(name)
+            row.append(f"{m[key + '_rss'] / MiB:.1f}" if m else "-")
+        rows.append(row)
+    row = ["  per open stream, KiB"]
+    for name in names:
+        m = memory.get(name)
+        row.append(
+            f"{(m['held_rss'] - m['idle_rss']) / max(m['opened'], 1) / 1024:.1f}"
+            + ("" if m["opened"] == streams else f" ({m['opened']} open)")
+            if m
+            else "-"
+        )
+    rows.append(row)
+    row = ["  growth over N sequential exchanges, MiB (N)"]
+    for name in names:
+        g = growth.get(name)
+        if g:
+            first, last = g["rss"][0][1], g["rss"][-1][1]
+            row.append(f"{(last - first) / MiB:+.1f} ({g['exchanges']:,})")
+        else:
+            row.append("-")
+    rows.append(row)
+    rows.append(["correctness", *blank])
+    checks = results.get("correctness", [])
+    if checks:
+        row = ["  tool-call stream violations (Gemini / OpenAI)"]
+        last = checks[-1]["targets"]
+        for name in names:
+            c = last.get(name)
+            row.append(f"{len(c['gtools'])} / {len(c['otools'])}" if c else "-")
+        rows.append(row)
+    errors: Counter[str] = Counter()
+    for section in (*results.get("throughput", {}).values(), results.get("cpu", {})):
+        for per_target in section.values():
+            for name, r in per_target.items():
+                errors[name] += r["errors"] + r["incomplete"]
+    for kind in lat.values():
+        for name, r in kind.items():
+            errors[name] += r["errors"]
+    for name, g in growth.items():
+        errors[name] += g["errors"]
+    rows.append(["  failed requests, all phases", *[str(errors.get(n, 0)) for n in names]])
+    return rows, ["metric", *names]
+
+
+def format_table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = [
+        "  ".join(
+            h.ljust(w) if i == 0 else h.rjust(w)
+            for i, (h, w) in enumerate(zip(header, widths, strict=True))
+        )
+    ]
+    lines.append("  ".join("-" * w for w in widths))
+    for row in rows:
+        lines.append(
+            "  ".join(
+                c.ljust(w) if i == 0 else c.rjust(w)
+                for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            )
+        )
+    return "\n".join(lines)
+
+
+def server_cpu(per_target: dict[str, Any], name: str) -> float | None:
+    return ((per_target.get(name) or {}).get("cpu_per_10k_events") or {}).get("server")
+
+
+def ratios(results: dict[str, Any]) -> dict[str, Any]:
+    lat = results.get("latency", {})
+    out: dict[str, Any] = {}
+    for kind in ("json", "short"):
+        for measure in ("ttfb", "ttlb"):
+            mine = added(lat, kind, measure, "streamfix")
+            theirs = added(lat, kind, measure, "litellm")
+            if mine and theirs:
+                out[f"added {measure} median, {kind}: streamfix / litellm"] = ratio(
+                    mine[0], theirs[0]
+                )
+    for kind, per_target in results.get("cpu", {}).items():
+        if "litellm" in per_target:
+            out[f"CPU per event, {kind}: streamfix / litellm"] = ratio(
+                server_cpu(per_target, "streamfix"), server_cpu(per_target, "litellm")
+            )
+    for kind, levels in results.get("throughput", {}).items():
+        level = levels.get("50", {})
+        if "streamfix" in level and "do-nothing" in level:
+            out[f"throughput c=50, {kind}: streamfix / do-nothing"] = ratio(
+                level["streamfix"]["events_per_s"], level["do-nothing"]["events_per_s"]
+            )
+    return out
+
+
+def goals(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
+    """Issue 9's targets, each with the figure measured and whether it is met."""
+    lat = results.get("latency", {})
+    found: list[tuple[str, str, bool | None]] = []
+    for kind, measure, label in (
+        ("json", "ttfb", "non-streamed"),
+        ("json", "ttlb", "non-streamed, last byte"),
+        ("short", "ttfb", "stream, first byte"),
+    ):
+        pair = added(lat, kind, measure, "streamfix")
+        if pair:
+            found.append(
+                (f"added median <= 0.5 ms ({label})", f"{ms(pair[0])} ms", pair[0] <= 0.0005)
+            )
+        theirs = added(lat, kind, measure, "litellm")
+        if pair and theirs and pair[0] > 0:
+            factor = theirs[0] / pair[0]
+            found.append((f"10x lower than LiteLLM ({label})", f"{factor:.1f}x", factor >= 10))
+    for kind, per_target in results.get("cpu", {}).items():
+        mine, theirs = server_cpu(per_target, "streamfix"), server_cpu(per_target, "litellm")
+        if mine and theirs:
+            factor = theirs / mine
+            found.append((f"CPU 10x lower than LiteLLM ({kind})", f"{factor:.1f}x", factor >= 10))
+    for kind, floor in (("text", 0.8), ("gtools", 0.6), ("otools", 0.6)):
+        level = results.get("throughput", {}).get(kind, {}).get("50", {})
+        if "streamfix" in level and "do-nothing" in level:
+            share = level["streamfix"]["events_per_s"] / max(level["do-nothing"]["events_per_s"], 1)
+            found.append(
+                (
+                    f"throughput c=50 >= {floor}x do-nothing ({kind})",
+                    f"{share:.2f}x",
+                    share >= floor,
+                )
+            )
+    memory = results.get("memory", {}).get("streamfix")
+    if memory:
+        per = (memory["held_rss"] - memory["idle_rss"]) / max(memory["opened"], 1) / 1024
+        found.append(("per-stream memory <= 64 KiB", f"{per:.1f} KiB", per <= 64))
+    growth = results.get("growth", {}).get("streamfix")
+    if growth:
+        grew = (growth["rss"][-1][1] - growth["rss"][0][1]) / MiB
+        full = growth["exchanges"] >= 20_000
+        found.append(
+            (
+                "RSS growth <= 5 MiB over 20,000 exchanges",
+                f"{grew:+.1f} MiB over {growth['exchanges']:,}",
+                (grew <= 5) if full else None,
+            )
+        )
+    return found
+
+
+def report(results: dict[str, Any], names: list[str]) -> str:
+    m = results["machine"]
+    lines = [
+        f"machine: {m['cores']} cores, {m['cpu_model']}, Python {m['python']}; "
+        f"load average {m['loadavg_start'][0]:.2f} at start, {m['loadavg_end'][0]:.2f} at end",
+        f"streamfix: {m['streamfix']}; litellm: {results.get('litellm_version') or 'not run'}",
+        f"run: {results['mode']}, {results['seconds']:.0f} s; fake writes: {results['writes']}",
+        "",
+    ]
+    rows, header = build_table(results, names)
+    lines.append(format_table(rows, header))
+    lines += [
+        "",
+        f"events/s: upstream events ({EVENTS} per stream) delivered per second, whatever the "
+        f"proxy merged, best of {results['plan']['rounds']} rounds;",
+        "CPU-s per 10k events: server CPU over all rounds. ! = some requests failed (perf.json).",
+        "",
+        "ratios:",
+    ]
+    lines += [f"  {k}: {v}" for k, v in results["ratios"].items()]
+    lines += ["", "issue 9 targets (streamfix):"]
+    for label, figure, met in results["goals"]:
+        mark = "n/a" if met is None else ("met" if met else "MISSED")
+        lines.append(f"  {mark:<6} {label}: {figure}")
+    problems = results.get("problems") or []
+    if problems:
+        lines += ["", "problems:"] + [f"  {p}" for p in problems]
+    return "\n".join(lines)
+
+
+def format_profile(profile: dict[str, Any]) -> str:
+    lines = []
+    for kind, summary in profile.items():
+        if "error" in summary:
+            lines.append(f"profile {kind}: {summary['error']}")
+            continue
+        name, _, concurrency = kind.rpartition("-c")
+        lines.append(
+            f"profile of streamfix, {KIND_LABELS.get(name, name)} at c={concurrency} "
+            f"({summary['samples']} samples, raw stacks in {summary['raw']}):"
+        )
+        for title, key in (
+            ("self time by package", "self_by_package"),
+            ("self time by function", "self"),
+            ("inclusive time, streamfix's own functions", "inclusive_streamfix_functions"),
+            ("inclusive time, known cost centres in the stack", "inclusive_watched"),
+        ):
+            lines.append(f"  {title}:")
+            lines += [f"    {share:5.1f}%  {name}" for name, share in summary[key]]
+    return "\n".join(lines)
+
+
+# ── main ─────────────────────────────────────────────────────────────────────
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run of about a minute")
+    parser.add_argument("--no-litellm", action="store_true", help="leave LiteLLM out")
+    parser.add_argument("--litellm-spec", default=LITELLM_SPEC, help="pip spec when installing")
+    parser.add_argument(
+        "--litellm-venv", default=str(RESULTS / "litellm-venv"), help="LiteLLM's own venv"
+    )
+    parser.add_argument(
+        "--profile", type=float, default=0, metavar="SECONDS", help="py-spy streamfix afterwards"
+    )
+    parser.add_argument("--writes", choices=("yield", "burst"), default="yield", help="fake")
+    parser.add_argument("--output", default=str(RESULTS / "perf.json"))
+    args = parser.parse_args()
+    plan = QUICK if args.quick else Plan()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    began = time.monotonic()
+
+    def deadline(signum: int, frame: Any) -> None:
+        raise Failed(f"over the {plan.deadline_seconds:.0f} s deadline")
+
+    signal.signal(signal.SIGALRM, deadline)
+    profiling = (args.profile + 30) * len(plan.profile) if args.profile else 0
+    signal.alarm(int(plan.deadline_seconds + profiling))
+
+    def terminated(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, terminated)
+
+    results: dict[str, Any] = {
+        "mode": "quick" if args.quick else "full",
+        "writes": args.writes,
+        "machine": machine(),
+        "plan": {k: v for k, v in plan.__dict__.items()},
+        "problems": [],
+    }
+    processes: list[subprocess.Popen] = []
+    work = Path(tempfile.mkdtemp(prefix="streamfix-perf-"))
+    status = 0
+    try:
+        fake_port = free_port()
+        fake = start(
+            [
+                sys.executable,
+                str(BENCH / "perf_fake.py"),
+                "--port",
+                str(fake_port),
+                "--writes",
+                args.writes,
+            ],
+            RESULTS / "logs" / "fake.log",
+            env=clean_env(),
+            cwd=ROOT,
+        )
+        processes.append(fake)
+        upstream = f"http://{HOST}:{fake_port}/v1"
+        targets = [Target("direct", fake_port, fake, "/health")]
+        targets[0].process = None  # direct: no server of its own to measure
+        direct_health = Target("fake", fake_port, fake, "/health")
+        candidates = [
+            start_streamfix("do-nothing", free_port(), upstream, False, work),
+            start_streamfix("streamfix", free_port(), upstream, True, work),
+        ]
+        if not args.no_litellm:
+            venv = Path(args.litellm_venv).resolve()
+            candidates.append(start_litellm(free_port(), upstream, work, venv, args.litellm_spec))
+        processes += [t.process for t in candidates if t.process is not None]
+        wait_ready(direct_health, 20)
+        for target in candidates:
+            if target.error:
+                results["problems"].append(f"{target.name}: {target.error}")
+                continue
+            try:
+                wait_ready(target, 180 if target.name == "litellm" else 30)
+            except Failed as exc:
+                log = RESULTS / "logs" / f"{target.name}.log"
+                tail = log.read_text(errors="replace").strip().splitlines()[-3:]
+                target.error = f"{exc}; log tail: {' | '.join(tail)}"
+                results["problems"].append(f"{target.name}: {target.error}")
+                stop(target.process)
+                continue
+            targets.append(target)
+        missing = {"do-nothing", "streamfix"} - {t.name for t in targets}
+        if missing:
+            raise Failed(f"could not start {', '.join(sorted(missing))}")
+        if any(t.name == "litellm" for t in targets):
+            results["litellm_version"] = litellm_version(venv)
+        results["targets"] = {
+            t.name: {"port": t.port, "pid": t.pid, "command": t.note} for t in targets
+        }
+        results["targets"]["direct"]["fake_pid"] = fake.pid
+        results["litellm_settings"] = {
+            "env": LITELLM_ENV,
+            "config": litellm_config(upstream),
+            "uvicorn_log_level": "WARNING",
+        }
+        names = [t.name for t in targets]
+        progress(f"targets up: {', '.join(names)} (fake on {fake_port})")
+
+        load = LoadGenerator()
+        processes.append(load.process)
+        results["correctness"] = [correctness(load, targets, "before the load")]
+        phase_warmup(load, targets)
+        results["memory"] = phase_memory(load, targets, plan, fake_port)
+        results["latency"] = phase_latency(load, targets, plan)
+        results["throughput"] = phase_throughput(load, targets, plan, fake.pid)
+        results["cpu"] = phase_cpu(load, targets, plan, fake.pid)
+        results["growth"] = phase_growth(load, targets, plan)
+        results["correctness"].append(correctness(load, targets, "after the load"))
+        for check in results["correctness"]:
+            problems = [p for kind in check["targets"]["streamfix"].values() for p in kind]
+            if problems:
+                status = 1
+                results["problems"].append(
+                    f"streamfix output failed the checks {check['when']}: {problems[:3]}"
+                )
+        results["seconds"] = time.monotonic() - began
+        results["machine"]["loadavg_end"] = os.getloadavg()
+        results["ratios"] = ratios(results)
+        results["goals"] = goals(results)
+        text = report(results, names)
+        if args.profile > 0:
+            streamfix = next(t for t in targets if t.name == "streamfix")
+            results["profile"] = phase_profile(load, streamfix, plan, args.profile, fake.pid)
+            text += "\n\n" + format_profile(results["profile"])
+        print(text)
+        results["table"] = text
+    except (Failed, KeyboardInterrupt) as exc:
+        status = 2
+        results["problems"].append(f"run aborted: {type(exc).__name__}: {exc}")
+        print(f"perf: aborted: {exc}", file=sys.stderr)
+    finally:
+        signal.alarm(0)
+        for process in reversed(processes):
+            stop(process)
+        shutil.rmtree(work, ignore_errors=True)
+        output = Path(args.output)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(results, indent=1, default=str))
+        print(f"\nwrote {output}", file=sys.stderr)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
