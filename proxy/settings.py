@@ -6,12 +6,20 @@ variables, command-line flags (passed in as `overrides`).
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+
+from proxy.config_values import (
+    ConfigError,
+    field_names,
+    flatten,
+    is_http_url,
+    one_of,
+    read_toml,
+    replace_checked,
+)
 
 GEMINI_OPENAI_BASE_URL = "https://generativelanguage.googleapis.com/v1beta/openai"
 
@@ -24,10 +32,6 @@ ENVIRONMENT_KEYS = {
     "STREAMFIX_WORKERS": "server.workers",
     "STREAMFIX_LOG_FORMAT": "server.log_format",
 }
-
-
-class ConfigError(ValueError):
-    """The configuration names a key that does not exist or gives it an unusable value."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +47,7 @@ class ServerSettings:
     """On SIGTERM: stop accepting, let open streams finish for this long, then close them."""
 
     def __post_init__(self) -> None:
-        _one_of("log_format", self.log_format, ("text", "json"))
+        one_of("log_format", self.log_format, ("text", "json"))
         if not 0 < self.port < 65536:
             raise ConfigError(f"port: must be between 1 and 65535, got {self.port}")
 
@@ -74,8 +78,8 @@ class UpstreamSettings:
     """Model name sent upstream instead of the client's, when set."""
 
     def __post_init__(self) -> None:
-        _one_of("profile", self.profile, PROFILE_NAMES)
-        if not _is_http_url(self.base_url):
+        one_of("profile", self.profile, PROFILE_NAMES)
+        if not is_http_url(self.base_url):
             raise ConfigError(
                 f"base_url: must be an http:// or https:// URL, got {self.base_url!r}"
             )
@@ -112,7 +116,7 @@ class SignatureSettings:
     """The memory store's budget for all receipts; least recently used go first beyond it."""
 
     def __post_init__(self) -> None:
-        _one_of("on_missing", self.on_missing, ("placeholder", "leave"))
+        one_of("on_missing", self.on_missing, ("placeholder", "leave"))
         if self.store != "memory" and not self.store.startswith(("redis://", "rediss://")):
             raise ConfigError(f'store: must be "memory" or a redis:// URL, got {self.store!r}')
 
@@ -122,7 +126,7 @@ class ToolCallSettings:
     emit: str = "atomic"
 
     def __post_init__(self) -> None:
-        _one_of("emit", self.emit, ("atomic", "incremental"))
+        one_of("emit", self.emit, ("atomic", "incremental"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +184,7 @@ class Settings:
         path = path or environ.get("STREAMFIX_CONFIG")
         values: dict[str, Any] = {}
         if path:
-            values.update(_flatten(_read_toml(Path(path))))
+            values.update(flatten(read_toml(Path(path))))
         values.update(
             {key: environ[name] for name, key in ENVIRONMENT_KEYS.items() if environ.get(name)}
         )
@@ -193,7 +197,7 @@ class Settings:
     @classmethod
     def from_dict(cls, document: Mapping[str, Any]) -> Settings:
         """The inverse of `to_dict` (how worker processes receive the parent's settings)."""
-        return cls().with_values(_flatten(document))
+        return cls().with_values(flatten(document))
 
     def with_values(self, values: Mapping[str, Any]) -> Settings:
         """A copy with dotted keys (`"tool_calls.emit"`) set, each checked and converted."""
@@ -206,11 +210,11 @@ class Settings:
             section, _, name = key.partition(".")
             sections.setdefault(section, {})[name] = value
         for section, items in sections.items():
-            known = section in _field_names(self) and section != "routes"
+            known = section in field_names(self) and section != "routes"
             current = getattr(self, section) if known else None
             if current is None:
                 raise ConfigError(f"{section}: unknown config section")
-            changes[section] = _replace_checked(section, current, items)
+            changes[section] = replace_checked(section, current, items)
         return replace(self, **changes)
 
 
@@ -218,90 +222,10 @@ def _routes(tables: Any) -> tuple[RouteSettings, ...]:
     if not isinstance(tables, list | tuple) or not all(isinstance(t, Mapping) for t in tables):
         raise ConfigError("routes: must be a list of [[routes]] tables")
     routes = tuple(
-        _replace_checked(f"routes[{i}]", RouteSettings(name="-", models=("-",)), table)
+        replace_checked(f"routes[{i}]", RouteSettings(name="-", models=("-",)), table)
         for i, table in enumerate(tables)
     )
     names = [route.name for route in routes]
     if len(set(names)) != len(names):
         raise ConfigError(f"routes: route names must be unique, got {names}")
     return routes
-
-
-def _is_http_url(url: str) -> bool:
-    try:
-        parts = urlsplit(url)
-        return parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
-    except ValueError:  # e.g. an unbalanced IPv6 bracket, or a port that is not a number
-        return False
-
-
-def _one_of(key: str, value: str, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        choices = ", ".join(f'"{a}"' for a in allowed)
-        raise ConfigError(f"{key}: must be one of {choices}, got {value!r}")
-
-
-def _read_toml(path: Path) -> dict[str, Any]:
-    try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
-    except FileNotFoundError as exc:
-        raise ConfigError(f"config file {path} does not exist") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config file {path}: {exc}") from exc
-
-
-def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in table.items():
-        if isinstance(value, Mapping):
-            flat.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
-def _field_names(obj: Any) -> set[str]:
-    return {f.name for f in fields(obj)}
-
-
-def _replace_checked(section: str, current: Any, items: Mapping[str, Any]) -> Any:
-    types = {f.name: f.type for f in fields(current)}
-    converted = {}
-    for name, value in items.items():
-        if name not in types:
-            raise ConfigError(f"{section}.{name}: unknown config key")
-        converted[name] = _convert(f"{section}.{name}", types[name], value)
-    try:
-        return replace(current, **converted)
-    except ConfigError as exc:
-        raise ConfigError(f"{section}.{exc}") from None
-
-
-def _convert(key: str, type_name: Any, value: Any) -> Any:
-    """Values from the environment arrive as strings; TOML values arrive typed."""
-    if str(type_name).startswith("tuple"):
-        items = value.split(",") if isinstance(value, str) else value
-        if not isinstance(items, list | tuple):
-            raise ConfigError(f"{key}: expected a list, got {value!r}")
-        return tuple(item.strip() if isinstance(item, str) else item for item in items if item)
-    kind = {"int": int, "float": float, "bool": bool, "str": str}.get(str(type_name))
-    if kind is None:
-        return value
-    if kind is bool:
-        if isinstance(value, bool):
-            return value
-        if str(value).lower() in ("1", "true", "yes", "on"):
-            return True
-        if str(value).lower() in ("0", "false", "no", "off"):
-            return False
-        raise ConfigError(f"{key}: expected true or false, got {value!r}")
-    if isinstance(value, bool) and kind is not str:
-        raise ConfigError(f"{key}: expected a number, got {value!r}")
-    try:
-        converted = kind(value)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{key}: expected {kind.__name__}, got {value!r}") from exc
-    if kind in (int, float) and converted <= 0:
-        raise ConfigError(f"{key}: must be positive, got {value!r}")
-    return converted
