@@ -234,6 +234,26 @@ class RecordedRequest:
     body: Any  # the parsed JSON body, or the raw bytes when it is not JSON (b"" when empty)
     raw: bytes = b""  # the body exactly as it arrived
 
+    @classmethod
+    async def read(cls, request: Request) -> RecordedRequest:
+        """Everything a test may want to check of a request that reached a fake upstream."""
+        raw = await request.body()
+        try:
+            body: Any = orjson.loads(raw) if raw else raw
+        except orjson.JSONDecodeError:
+            body = raw
+        headers: dict[str, str] = {}
+        for name, value in request.headers.items():
+            headers[name] = f"{headers[name]}, {value}" if name in headers else value
+        return cls(
+            method=request.method,
+            path=request.url.path,
+            query=request.url.query,
+            headers=headers,
+            body=body,
+            raw=raw,
+        )
+
     @property
     def json(self) -> Any:
         return None if isinstance(self.body, bytes) else self.body
@@ -315,22 +335,7 @@ class FakeUpstream:
     # helpers
 
     async def _record(self, request: Request) -> RecordedRequest:
-        raw = await request.body()
-        try:
-            body: Any = orjson.loads(raw) if raw else raw
-        except orjson.JSONDecodeError:
-            body = raw
-        headers: dict[str, str] = {}
-        for name, value in request.headers.items():
-            headers[name] = f"{headers[name]}, {value}" if name in headers else value
-        recorded = RecordedRequest(
-            method=request.method,
-            path=request.url.path,
-            query=request.url.query,
-            headers=headers,
-            body=body,
-            raw=raw,
-        )
+        recorded = await RecordedRequest.read(request)
         self.requests.append(recorded)
         return recorded
 

@@ -252,24 +252,9 @@ class GeminiUpstream:
     # the route
 
     async def _chat_completions(self, request: Request) -> Response:
-        raw = await request.body()
-        try:
-            body: Any = orjson.loads(raw) if raw else raw
-        except orjson.JSONDecodeError:
-            body = raw
-        headers: dict[str, str] = {}
-        for name, value in request.headers.items():
-            headers[name] = f"{headers[name]}, {value}" if name in headers else value
-        self.requests.append(
-            RecordedRequest(
-                method=request.method,
-                path=request.url.path,
-                query=request.url.query,
-                headers=headers,
-                body=body,
-                raw=raw,
-            )
-        )
+        recorded = await RecordedRequest.read(request)
+        self.requests.append(recorded)
+        body, headers = recorded.body, recorded.headers
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
             return self._reject("Invalid JSON payload received.")
         tenant = headers.get("authorization", "")
