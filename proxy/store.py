@@ -132,16 +132,20 @@ class RedisStore:
         )
         self._errors_types: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
         self._pending: set[asyncio.Task[None]] = set()
+        # Writes handed over but not yet acknowledged: this process reads its own writes even
+        # when a fast client's follow-up arrives before Redis has them.
+        self._in_flight: dict[str, Receipt] = {}
 
     async def get_many(self, keys: list[str]) -> dict[str, Receipt]:
+        found = {key: self._in_flight[key] for key in keys if key in self._in_flight}
+        keys = [key for key in keys if key not in found]
         if not keys:
-            return {}
+            return found
         try:
             values = await self._client.mget([self._prefix + key for key in keys])
         except self._errors_types as exc:
             self._failed("read", exc)
-            return {}
-        found: dict[str, Receipt] = {}
+            return found
         for key, value in zip(keys, values, strict=True):
             if value is not None:
                 try:
@@ -162,9 +166,18 @@ class RedisStore:
             self._failed("write", exc)
 
     def put_later(self, items: dict[str, Receipt]) -> None:
-        task = asyncio.get_running_loop().create_task(self.put_many(items))
+        self._in_flight.update(items)
+        task = asyncio.get_running_loop().create_task(self._put_in_flight(items))
         self._pending.add(task)  # a reference, or the loop may drop the task mid-write
         task.add_done_callback(self._pending.discard)
+
+    async def _put_in_flight(self, items: dict[str, Receipt]) -> None:
+        try:
+            await self.put_many(items)
+        finally:
+            for key, value in items.items():
+                if self._in_flight.get(key) is value:  # not replaced by a newer write
+                    del self._in_flight[key]
 
     async def ping(self) -> bool:
         try:

@@ -286,3 +286,16 @@ async def test_redis_restart_while_idle_loses_no_call(redis_server: RedisServer)
         assert store.errors == 0
     finally:
         await store.aclose()
+
+
+async def test_redis_reads_its_own_writes_before_redis_has_them(redis_server: RedisServer) -> None:
+    # A fast client's follow-up can arrive before the background write lands in Redis.
+    store = RedisStore(redis_server.url, ttl_seconds=60, prefix="sfx-own:")
+    receipt = {"reasoning_content": "thought"}
+    store.put_later({"k": receipt})
+    assert await store.get_many(["k", "other"]) == {"k": receipt}
+    await store.aclose()  # waits for the write
+    assert store._in_flight == {}  # acknowledged writes leave the in-flight table
+    reader = RedisStore(redis_server.url, ttl_seconds=60, prefix="sfx-own:")
+    assert await reader.get_many(["k"]) == {"k": receipt}  # and it did land
+    await reader.aclose()
