@@ -81,14 +81,14 @@ class RepairChain:
                 out.extend(self.on_chunk(chunk, None, position + 1))
         return out
 
+    # A repair that raises must not take the stream down: its input passes on unrepaired, and
+    # the failure is logged with the repair's name. Strict mode (the tests) re-raises instead.
+
     def _guard(self, repair: Repair, hook: Any, arg: Any, *, default: Any) -> Any:
-        # A repair that raises must not take the stream down: its input passes on unrepaired.
         try:
             return hook(arg)
         except Exception:
-            if self.strict:
-                raise
-            logger.exception("repair %s failed; passing data unrepaired", type(repair).__name__)
+            self._absorb(repair)
             return default
 
     async def _guard_async(
@@ -97,10 +97,14 @@ class RepairChain:
         try:
             return await hook(*args)
         except Exception:
-            if self.strict:
-                raise
-            logger.exception("repair %s failed; passing data unrepaired", type(repair).__name__)
+            self._absorb(repair)
             return default
+
+    def _absorb(self, repair: Repair) -> None:
+        """Called while a repair's exception is being handled."""
+        if self.strict:
+            raise  # re-raises the exception being handled
+        logger.exception("repair %s failed; passing data unrepaired", type(repair).__name__)
 
 
 def _as_chunk(event: SSEEvent) -> Chunk | None:

@@ -7,7 +7,7 @@ import itertools
 import logging
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -98,7 +98,7 @@ class RecordingTransport(httpx.AsyncBaseTransport):
 class CassetteWriter:
     """Collects what the client was sent; writes the cassette when the exchange is over."""
 
-    def __init__(self, cassette: Cassette, directory: Path, sequence: Any) -> None:
+    def __init__(self, cassette: Cassette, directory: Path, sequence: Iterator[int]) -> None:
         self.cassette = cassette
         self._directory = directory
         self._sequence = sequence

@@ -9,7 +9,7 @@ import orjson
 
 from proxy.chunks import choice_index, choices_of
 from proxy.exchange import Exchange
-from proxy.json_paths import set_path
+from proxy.json_paths import get_path, set_path
 from proxy.pipeline import Chunk, Repair
 from proxy.profiles import ReceiptRule
 from proxy.repairs import receipt_injection as injection
@@ -170,8 +170,9 @@ class ReceiptRepair(Repair):
             kept[self._scope.key(key)] = receipt
         if kept:
             self._store.put_later(kept)
-            for key in kept:
-                self._exchange.count(_kind(key, self._profile.receipts) + "_captured")
+            for receipt in kept.values():
+                for kind in {r.kind for r in self._profile.receipts if get_path(receipt, r.path)}:
+                    self._exchange.count(f"{kind}_captured")
 
 
 def _receipt(source: dict[str, Any], rules: tuple[ReceiptRule, ...]) -> dict[str, Any]:
@@ -183,11 +184,3 @@ def _receipt(source: dict[str, Any], rules: tuple[ReceiptRule, ...]) -> dict[str
         if builder.value() is not None:
             set_path(receipt, builder.rule.path, builder.value())
     return receipt
-
-
-def _kind(key: str, rules: tuple[ReceiptRule, ...]) -> str:
-    """What a stored key is counted as: calls hold signatures, turns the message rules' kind."""
-    scope = key.split(":", 3)[2]
-    on = {"call": "call", "turn": "tool_turn", "text": "text_turn"}[scope]
-    kinds = sorted({rule.kind for rule in rules if rule.on == on})
-    return kinds[0] if len(kinds) == 1 else "receipts"
