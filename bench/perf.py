@@ -17,14 +17,16 @@ Processes, all on 127.0.0.1, each its own process group, all ended in `finally`:
   over a pipe.
 
 Phases run metric by metric, each over every target in turn, so that a noisy moment of the
-machine lands on all targets alike:
+machine lands on all targets alike (LiteLLM aside, see below):
 
 1. correctness: one answer per stream kind from every target; streamfix's tool-call streams
    must pass `proxy.conformance.violations` and carry exactly the fake's calls (checked again
    after the load);
 2. memory: idle RSS, then RSS with N slow streams held open (per-stream cost);
 3. added latency: concurrency 1, non-streamed and a 20-event stream, targets interleaved
-   request by request; target minus direct at the median and p99;
+   request by request; target minus direct at the median and p99. Block 1 interleaves
+   direct, do-nothing and streamfix (both kinds); then LiteLLM gets a block of its own with
+   direct, and its added latency is against that block's direct;
 4. throughput: closed-loop workers at concurrency 1, 50, 200 on 50-event streams (text,
    Gemini tool calls, OpenAI fragmented tool calls), in rounds with the targets taking turns;
    the best round counts;
@@ -32,6 +34,15 @@ machine lands on all targets alike:
    a fixed load at concurrency 50, in rounds too;
 6. growth: RSS before and after 20,000 sequential exchanges (capped in time; the count done
    is reported).
+
+LiteLLM keeps working after each response (logging and callback tasks and threads), and on
+2 cores that work lands on whatever is measured next, not on all targets alike: interleaved
+with the others, it doubled their figures (do-nothing, non-streamed added median 0.64 ms
+without LiteLLM in the run, 1.25 ms with it; server CPU 0.64 -> 1.36 ms per request). Such
+targets are listed in `LEAVES_WORK_BEHIND`: they get latency blocks of their own (3.), and
+every measurement that follows one of theirs (latency blocks, throughput and CPU rounds,
+growth, memory, profile) first waits until every server's process tree is under 2 % of a
+core over 200 ms, at most 15 s ("settle"; each wait in perf.json, summed up in one line).
 
 Prints one table and writes bench/results/perf.json (raw figures of every phase included).
 Exit status: 0; 1 when streamfix's output failed a correctness check; 2 when the run was
@@ -63,7 +74,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from perf_fake import expected_calls
-from perf_procs import HOST, free_port, start, stop
+from perf_procs import HOST, cpu_seconds, free_port, start, stop
 
 from proxy.conformance import stream_chunks, violations
 
@@ -75,6 +86,14 @@ EVENTS = 50  # events per stream in the throughput and CPU phases
 SHORT = 20  # events of the "short stream" in the latency phase
 LITELLM_SPEC = "litellm[proxy]==1.108.7"
 TARGETS = ("direct", "do-nothing", "streamfix", "litellm")
+BASELINE = "direct"
+LEAVES_WORK_BEHIND = frozenset({"litellm"})
+"""Targets that keep working after each response (LiteLLM: logging and callback tasks and
+threads). On 2 cores that work lands on whatever is measured next, so these targets get their
+own latency block, and every measurement that follows one waits for the servers to settle."""
+SETTLE_WINDOW = 0.2  # seconds of CPU reading per check
+SETTLE_QUIET = 0.02  # share of one core below which a process tree counts as quiet
+SETTLE_LIMIT = 15.0  # seconds; a settle that does not come gives up and is recorded so
 MODELS = {  # stream kind -> model name the fake understands
     "text": f"perf-text-{EVENTS}",
     "gtools": f"gemini-gtools-{EVENTS}",
@@ -477,6 +496,89 @@ def correctness(load: LoadGenerator, targets: list[Target], when: str) -> dict[s
     return {"when": when, "targets": out}
 
 
+# ── settling ─────────────────────────────────────────────────────────────────
+
+
+def busy_cores(servers: dict[str, int]) -> dict[str, float]:
+    """Each server process tree's CPU over one `SETTLE_WINDOW`, as a share of one core. CPU
+    comes in clock ticks (10 ms), so under 2 % over 200 ms means no tick was charged."""
+    before = {name: cpu_seconds(pid) for name, pid in servers.items()}
+    started = time.monotonic()
+    time.sleep(SETTLE_WINDOW)
+    elapsed = time.monotonic() - started
+    return {name: (cpu_seconds(pid) - before[name]) / elapsed for name, pid in servers.items()}
+
+
+def settle(servers: dict[str, int]) -> tuple[float, bool, dict[str, float]]:
+    """Wait until every server is quiet over one window, at most `SETTLE_LIMIT` seconds.
+    Returns the seconds waited, whether it gave up, and the last window's shares."""
+    started = time.monotonic()
+    while True:
+        shares = busy_cores(servers)
+        waited = time.monotonic() - started
+        if max(shares.values(), default=0.0) < SETTLE_QUIET:
+            return waited, False, shares
+        if waited >= SETTLE_LIMIT:
+            return waited, True, shares
+
+
+@dataclass
+class Settler:
+    """Remembers whether the last measurement included a target that leaves work behind, and
+    if so lets the servers settle before the next one: otherwise LiteLLM's leftovers (its
+    logging tasks and threads) are charged to whatever comes next on the two cores."""
+
+    servers: dict[str, int]
+    """Every server process tree to watch: target name (or "fake") -> pid."""
+    waits: list[dict[str, Any]] = field(default_factory=list)
+    owed_to: list[str] = field(default_factory=list)
+    """The targets of the last measurement that leave work behind."""
+
+    def before(self, names: list[str], what: str) -> None:
+        """Call right before measuring the targets `names`; `what` names the measurement."""
+        if self.owed_to:
+            waited, gave_up, shares = settle(self.servers)
+            self.waits.append(
+                {
+                    "before": what,
+                    "after": self.owed_to,
+                    "seconds": round(waited, 3),
+                    "timed_out": gave_up,
+                    "last_window_cores": {name: round(v, 3) for name, v in shares.items()},
+                }
+            )
+            if gave_up:
+                progress(f"settle: servers still busy after {waited:.1f} s, before {what}")
+        self.owed_to = [name for name in names if name in LEAVES_WORK_BEHIND]
+
+    def record(self) -> dict[str, Any]:
+        """For perf.json (holds `waits` itself, so an aborted run still records them)."""
+        return {
+            "leaves_work_behind": sorted(LEAVES_WORK_BEHIND),
+            "window_s": SETTLE_WINDOW,
+            "quiet_below_cores": SETTLE_QUIET,
+            "limit_s": SETTLE_LIMIT,
+            "waits": self.waits,
+        }
+
+
+def settle_summary(record: dict[str, Any]) -> str:
+    waits = record["waits"]
+    if not waits:
+        after = " or ".join(record["leaves_work_behind"])
+        return f"settle: none needed (no measurement followed {after})"
+    seconds = sorted(w["seconds"] for w in waits)
+    longest = max(waits, key=lambda w: w["seconds"])
+    gave_up = sum(w["timed_out"] for w in waits)
+    return (
+        f"settle after {', '.join(record['leaves_work_behind'])}: {len(waits)} waits until "
+        f"every server was under {record['quiet_below_cores']:.0%} of a core over "
+        f"{record['window_s'] * 1000:.0f} ms, {sum(seconds):.1f} s in all, median "
+        f"{seconds[len(seconds) // 2]:.1f} s, longest {longest['seconds']:.1f} s (before "
+        f"{longest['before']}), {gave_up} gave up at {record['limit_s']:.0f} s"
+    )
+
+
 # ── phases ───────────────────────────────────────────────────────────────────
 
 
@@ -497,7 +599,9 @@ def wait_fake_idle(fake_port: int, seconds: float) -> float:
     return float("inf")
 
 
-def phase_memory(load: LoadGenerator, targets: list[Target], plan: Plan, fake_port: int) -> dict:
+def phase_memory(
+    load: LoadGenerator, targets: list[Target], plan: Plan, fake_port: int, settler: Settler
+) -> dict:
     out = {}
     # A slow stream: one event a second, 45 events; dropped by the client once measured.
     model = "perf-text-45-d1000"
@@ -505,6 +609,7 @@ def phase_memory(load: LoadGenerator, targets: list[Target], plan: Plan, fake_po
         if target.pid is None:
             continue
         progress(f"memory: {plan.hold_streams} open streams through {target.name}")
+        settler.before([target.name], f"memory: {target.name}")
         job = {
             "job": "hold",
             "port": target.port,
@@ -520,19 +625,49 @@ def phase_memory(load: LoadGenerator, targets: list[Target], plan: Plan, fake_po
     return out
 
 
-def phase_latency(load: LoadGenerator, targets: list[Target], plan: Plan) -> dict:
-    progress(f"latency: {plan.latency_requests} requests per kind and target, interleaved")
-    job = {
-        "job": "latency",
-        "targets": {t.name: t.port for t in targets},
-        "pids": {t.name: t.pid for t in targets if t.pid is not None},
-        "kinds": [["json", "perf-json", False], ["short", f"perf-text-{SHORT}", True]],
-        "warmup": plan.latency_warmup,
-        "requests": plan.latency_requests,
-        "timeout": 30,
-    }
-    budget = 60 + (plan.latency_requests + plan.latency_warmup) * len(targets) * 0.5
-    return load.run(job, budget)
+LATENCY_KINDS = (("json", "perf-json", False), ("short", f"perf-text-{SHORT}", True))
+
+
+def latency_blocks(targets: list[Target]) -> list[list[Target]]:
+    """Block 1 interleaves the baseline with every target that leaves no work behind; each
+    target that does gets a block of its own with the baseline, whose samples it is compared
+    with. Interleaved with the others, its leftovers would land on their next requests."""
+    baseline = [t for t in targets if t.name == BASELINE]
+    first = [t for t in targets if t.name not in LEAVES_WORK_BEHIND]
+    return [first] + [[*baseline, t] for t in targets if t.name in LEAVES_WORK_BEHIND]
+
+
+def phase_latency(load: LoadGenerator, targets: list[Target], plan: Plan, settler: Settler) -> dict:
+    """Every kind of block 1 runs before any other block, so no leftovers of a target that
+    leaves work behind overlap a measurement of block 1."""
+    blocks: list[dict[str, Any]] = []
+    for number, members in enumerate(latency_blocks(targets), 1):
+        names = [t.name for t in members]
+        block = {
+            "block": number,
+            "targets": names,
+            "baseline": f"{BASELINE} samples of this block",
+            "kinds": {},
+        }
+        blocks.append(block)
+        for kind, model, stream in LATENCY_KINDS:
+            progress(
+                f"latency block {number} ({', '.join(names)}): {plan.latency_requests} {kind} "
+                "requests per target, interleaved"
+            )
+            settler.before(names, f"latency block {number}, {kind}")
+            job = {
+                "job": "latency",
+                "targets": {t.name: t.port for t in members},
+                "pids": {t.name: t.pid for t in members if t.pid is not None},
+                "kinds": [[kind, model, stream]],
+                "warmup": plan.latency_warmup,
+                "requests": plan.latency_requests,
+                "timeout": 30,
+            }
+            budget = 60 + (plan.latency_requests + plan.latency_warmup) * len(members) * 0.5
+            block["kinds"].update(load.run(job, budget))
+    return {"blocks": blocks}
 
 
 def combine(rounds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -549,17 +684,26 @@ def combine(rounds: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run_rounds(
-    load: LoadGenerator, targets: list[Target], rounds: int, job_for: Any, timeout: float
+    load: LoadGenerator,
+    targets: list[Target],
+    rounds: int,
+    job_for: Any,
+    timeout: float,
+    settler: Settler,
+    what: str,
 ) -> dict[str, dict[str, Any]]:
     """`rounds` rounds, each target's job once per round, targets taking turns."""
     parts: dict[str, list[dict[str, Any]]] = {t.name: [] for t in targets}
     for number in range(rounds):
         for target in targets:
+            settler.before([target.name], f"{what}, round {number + 1}: {target.name}")
             parts[target.name].append(load.run(job_for(target, number), timeout))
     return {name: combine(found) for name, found in parts.items()}
 
 
-def phase_throughput(load: LoadGenerator, targets: list[Target], plan: Plan, fake: int) -> dict:
+def phase_throughput(
+    load: LoadGenerator, targets: list[Target], plan: Plan, fake: int, settler: Settler
+) -> dict:
     out: dict[str, Any] = {}
     for kind, levels in plan.concurrency.items():
         for concurrency in levels:
@@ -577,7 +721,15 @@ def phase_throughput(load: LoadGenerator, targets: list[Target], plan: Plan, fak
                     "pids": pids(target, fake),
                 }
 
-            found = run_rounds(load, targets, plan.rounds, job_for, plan.window + 240)
+            found = run_rounds(
+                load,
+                targets,
+                plan.rounds,
+                job_for,
+                plan.window + 240,
+                settler,
+                f"throughput {kind} c={concurrency}",
+            )
             for result in found.values():
                 # Throughput: the best round (a busy spell elsewhere on the machine only ever
                 # slows a round down); CPU per event: all rounds together.
@@ -596,7 +748,9 @@ def phase_throughput(load: LoadGenerator, targets: list[Target], plan: Plan, fak
     return out
 
 
-def phase_cpu(load: LoadGenerator, targets: list[Target], plan: Plan, fake: int) -> dict:
+def phase_cpu(
+    load: LoadGenerator, targets: list[Target], plan: Plan, fake: int, settler: Settler
+) -> dict:
     out: dict[str, Any] = {}
     count = max(plan.rounds, plan.cpu_events // EVENTS)
     for kind in ("text", "gtools"):
@@ -614,7 +768,7 @@ def phase_cpu(load: LoadGenerator, targets: list[Target], plan: Plan, fake: int)
                 "pids": pids(target, fake),
             }
 
-        found = run_rounds(load, targets, plan.rounds, job_for, 400)
+        found = run_rounds(load, targets, plan.rounds, job_for, 400, settler, f"cpu {kind}")
         for result in found.values():
             events = result["completed"] * EVENTS
             result["events"] = events
@@ -626,13 +780,14 @@ def phase_cpu(load: LoadGenerator, targets: list[Target], plan: Plan, fake: int)
     return out
 
 
-def phase_growth(load: LoadGenerator, targets: list[Target], plan: Plan) -> dict:
+def phase_growth(load: LoadGenerator, targets: list[Target], plan: Plan, settler: Settler) -> dict:
     out = {}
     models = [["perf-json", False], [f"perf-text-{SHORT}", True], [f"gemini-gtools-{SHORT}", True]]
     for target in targets:
         if target.pid is None:
             continue
         progress(f"growth: up to {plan.growth_exchanges} sequential exchanges via {target.name}")
+        settler.before([target.name], f"growth: {target.name}")
         job = {
             "job": "sequential",
             "port": target.port,
@@ -666,7 +821,7 @@ def phase_warmup(load: LoadGenerator, targets: list[Target]) -> None:
 
 
 def phase_profile(
-    load: LoadGenerator, target: Target, plan: Plan, seconds: float, fake: int
+    load: LoadGenerator, target: Target, plan: Plan, seconds: float, fake: int, settler: Settler
 ) -> dict[str, Any]:
     """py-spy on the streamfix process during a load window, once per (kind, concurrency):
     the recording starts when the load generator starts measuring (after its warm-up)."""
@@ -680,6 +835,7 @@ def phase_profile(
         raw.unlink(missing_ok=True)
         log = RESULTS / "logs" / f"py-spy-{label}.log"
         progress(f"profile: py-spy on streamfix, {seconds:.0f} s of {kind} at c={concurrency}")
+        settler.before([target.name], f"profile {label}")
         command = [
             *(spy, "record", "--pid", str(target.pid), "--duration", str(int(seconds))),
             *("--rate", "250", "--format", "raw", "--nonblocking", "--output", str(raw)),
@@ -824,11 +980,24 @@ def ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1000:.3f}"
 
 
+def latency_block(lat: dict, name: str) -> dict | None:
+    """The latency block `name` was measured in; the baseline's first is block 1."""
+    return next((b for b in lat.get("blocks", ()) if name in b["targets"]), None)
+
+
+def latency_of(lat: dict, kind: str, name: str) -> dict | None:
+    block = latency_block(lat, name)
+    return block["kinds"].get(kind, {}).get(name) if block else None
+
+
 def added(lat: dict, kind: str, measure: str, name: str) -> tuple[float, float] | None:
+    """`name`'s median and p99 less those of the baseline samples of its own block."""
+    block = latency_block(lat, name)
     try:
-        mine, base = lat[kind][name][measure], lat[kind]["direct"][measure]
+        per_target = block["kinds"][kind]  # type: ignore[index]
+        mine, base = per_target[name][measure], per_target[BASELINE][measure]
         return mine["median"] - base["median"], mine["p99"] - base["p99"]
-    except KeyError:
+    except (KeyError, TypeError):
         return None
 
 
@@ -843,13 +1012,13 @@ def build_table(results: dict[str, Any], names: list[str]) -> tuple[list[list[st
     rows: list[list[str]] = []
     lat = results.get("latency", {})
     if lat:
-        rows.append(["added latency, ms: median / p99 [direct: its own]", *blank])
+        rows.append(["added latency, ms: median / p99 [direct: its own, block 1]", *blank])
     for kind, label in (("json", "non-streamed"), ("short", f"{SHORT}-event stream")):
         for measure, edge in (("ttfb", "first byte"), ("ttlb", "last byte")):
             row = [f"  {label}, {edge}"]
             for name in names:
-                if name == "direct":
-                    base = lat.get(kind, {}).get("direct", {}).get(measure)
+                if name == BASELINE:
+                    base = (latency_of(lat, kind, name) or {}).get(measure)
                     row.append(f"[{ms(base['median'])} / {ms(base['p99'])}]" if base else "-")
                     continue
                 pair = added(lat, kind, measure, name)
@@ -858,7 +1027,10 @@ def build_table(results: dict[str, Any], names: list[str]) -> tuple[list[list[st
     if lat:
         row = ["  server CPU per request, ms: non-streamed / stream"]
         for name in names:
-            cpu = [lat[k].get(name, {}).get("server_cpu_per_request") for k in ("json", "short")]
+            cpu = [
+                (latency_of(lat, k, name) or {}).get("server_cpu_per_request")
+                for k in ("json", "short")
+            ]
             row.append("-" if None in cpu else f"{ms(cpu[0])} / {ms(cpu[1])}")
         rows.append(row)
     through = results.get("throughput", {})
@@ -932,9 +1104,10 @@ def build_table(results: dict[str, Any], names: list[str]) -> tuple[list[list[st
         for per_target in section.values():
             for name, r in per_target.items():
                 errors[name] += r["errors"] + r["incomplete"]
-    for kind in lat.values():
-        for name, r in kind.items():
-            errors[name] += r["errors"]
+    for block in lat.get("blocks", ()):
+        for per_target in block["kinds"].values():
+            for name, r in per_target.items():
+                errors[name] += r["errors"]
     for name, g in growth.items():
         errors[name] += g["errors"]
     rows.append(["  failed requests, all phases", *[str(errors.get(n, 0)) for n in names]])
@@ -1041,6 +1214,20 @@ def goals(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
     return found
 
 
+def own_block_notes(lat: dict) -> list[str]:
+    """A line per latency block after the first: whose added latency is against which direct."""
+    lines = []
+    for block in lat.get("blocks", [])[1:]:
+        others = ", ".join(name for name in block["targets"] if name != BASELINE)
+        base = block["kinds"].get("json", {}).get(BASELINE, {}).get("ttfb") or {}
+        lines.append(
+            f"added latency of {others}: measured after the others, interleaved only with "
+            f"{BASELINE}, less that block's {BASELINE} (non-streamed first byte there: "
+            f"[{ms(base.get('median'))} / {ms(base.get('p99'))}])."
+        )
+    return lines
+
+
 def report(results: dict[str, Any], names: list[str]) -> str:
     m = results["machine"]
     lines = [
@@ -1057,6 +1244,7 @@ def report(results: dict[str, Any], names: list[str]) -> str:
         f"events/s: upstream events ({EVENTS} per stream) delivered per second, whatever the "
         f"proxy merged, best of {results['plan']['rounds']} rounds;",
         "CPU-s per 10k events: server CPU over all rounds. ! = some requests failed (perf.json).",
+        *own_block_notes(results.get("latency", {})),
         "",
         "ratios:",
     ]
@@ -1198,13 +1386,16 @@ def main() -> int:
 
         load = LoadGenerator()
         processes.append(load.process)
+        servers = {t.name: t.pid for t in targets if t.pid is not None}
+        settler = Settler({**servers, "fake": fake.pid})
+        results["settle"] = settler.record()
         results["correctness"] = [correctness(load, targets, "before the load")]
         phase_warmup(load, targets)
-        results["memory"] = phase_memory(load, targets, plan, fake_port)
-        results["latency"] = phase_latency(load, targets, plan)
-        results["throughput"] = phase_throughput(load, targets, plan, fake.pid)
-        results["cpu"] = phase_cpu(load, targets, plan, fake.pid)
-        results["growth"] = phase_growth(load, targets, plan)
+        results["memory"] = phase_memory(load, targets, plan, fake_port, settler)
+        results["latency"] = phase_latency(load, targets, plan, settler)
+        results["throughput"] = phase_throughput(load, targets, plan, fake.pid, settler)
+        results["cpu"] = phase_cpu(load, targets, plan, fake.pid, settler)
+        results["growth"] = phase_growth(load, targets, plan, settler)
         results["correctness"].append(correctness(load, targets, "after the load"))
         for check in results["correctness"]:
             problems = [p for kind in check["targets"]["streamfix"].values() for p in kind]
@@ -1220,8 +1411,11 @@ def main() -> int:
         text = report(results, names)
         if args.profile > 0:
             streamfix = next(t for t in targets if t.name == "streamfix")
-            results["profile"] = phase_profile(load, streamfix, plan, args.profile, fake.pid)
+            results["profile"] = phase_profile(
+                load, streamfix, plan, args.profile, fake.pid, settler
+            )
             text += "\n\n" + format_profile(results["profile"])
+        text += "\n\n" + settle_summary(results["settle"])
         print(text)
         results["table"] = text
     except (Failed, KeyboardInterrupt) as exc:

@@ -228,8 +228,10 @@ class Tally:
 
 
 async def latency(job: dict[str, Any]) -> dict[str, Any]:
-    """Concurrency 1, targets interleaved request by request (one keep-alive connection
-    each), so every target sees the same moments of a noisy machine."""
+    """Concurrency 1, the job's targets interleaved request by request (one keep-alive
+    connection each), so every target sees the same moments of a noisy machine. perf.py
+    leaves out of a job the targets that keep working after a response (LiteLLM): that work
+    would land on the next target's request, not on the machine alike."""
     targets: dict[str, int] = job["targets"]
     pids: dict[str, int] = job.get("pids", {})
     out: dict[str, Any] = {}
