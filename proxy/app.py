@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route as Endpoint
 
+from proxy.asgi import StreamfixApp
 from proxy.auth import is_allowed, parse_keys
 from proxy.chat_request import parse_chat_request, read_body
 from proxy.delivery import relay, repaired_json, repaired_sse
@@ -62,7 +63,9 @@ class Proxy:
             )
         # The transport itself, not an AsyncClient around it: the proxy needs none of a client's
         # cookies, auth flows, redirects or URL merging, and they cost more than the relay.
-        self.transport = transport or upstream_transport(settings) or live_transport()
+        self.transport = (
+            transport or upstream_transport(settings) or live_transport(settings.server)
+        )
         self.started = False
         self.store: ReceiptStore = open_store(settings.signatures)
         self.metrics = Metrics()
@@ -278,7 +281,9 @@ def _model_of(raw: bytes) -> Any:
     return body.get("model") if isinstance(body, dict) else None
 
 
-def create_app(settings: Settings, transport: httpx.AsyncBaseTransport | None = None) -> Starlette:
+def create_app(
+    settings: Settings, transport: httpx.AsyncBaseTransport | None = None
+) -> StreamfixApp:
     proxy = Proxy(settings, transport)
     endpoints = [
         Endpoint("/healthz", proxy.healthz, methods=["GET"]),
@@ -291,6 +296,6 @@ def create_app(settings: Settings, transport: httpx.AsyncBaseTransport | None = 
             methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"],
         ),
     ]
-    app = Starlette(routes=endpoints, lifespan=proxy.lifespan)
+    app = StreamfixApp(proxy.chat_completions, routes=endpoints, lifespan=proxy.lifespan)
     app.state.proxy = proxy
     return app

@@ -6,13 +6,14 @@ from collections.abc import AsyncIterator, Callable
 
 import httpx
 import orjson
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from proxy.errors import error_event, error_response
 from proxy.exchange import Exchange
 from proxy.pipeline import RepairChain, repaired_stream
 from proxy.recording import CASSETTE
 from proxy.sse import EventTooLarge, SSEDecoder
+from proxy.streaming import StreamedResponse
 from proxy.upstream import describe_failure
 
 SSE_HEADERS = {"cache-control": "no-store", "x-accel-buffering": "no"}
@@ -22,7 +23,7 @@ OnClose = Callable[[], None]
 
 def relay(upstream: httpx.Response, headers: dict[str, str], on_close: OnClose) -> Response:
     """Errors, non-SSE bodies and other paths: the upstream's bytes, as they come."""
-    return StreamingResponse(
+    return StreamedResponse(
         _closing(upstream, upstream.aiter_bytes(), on_close),
         status_code=upstream.status_code,
         headers=headers,
@@ -52,7 +53,7 @@ def repaired_sse(
         (httpx.HTTPError, EventTooLarge),
         abort,
     )
-    return StreamingResponse(
+    return StreamedResponse(
         _closing(upstream, stream, on_close),
         status_code=upstream.status_code,
         headers={**headers, **SSE_HEADERS},
@@ -87,9 +88,8 @@ async def repaired_json(
 async def _closing(
     upstream: httpx.Response, body: AsyncIterator[bytes], on_close: OnClose
 ) -> AsyncIterator[bytes]:
-    """Close the upstream response in the generator's own `finally`: on a client disconnect
-    Starlette may never run a `background=` task. A recording transport also gets to see
-    what the client was sent."""
+    """Close the upstream response in the generator's own `finally`, which runs however the
+    stream ends. A recording transport also gets to see what the client was sent."""
     recording = upstream.extensions.get(CASSETTE)
     try:
         async for part in body:

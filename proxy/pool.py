@@ -1,4 +1,4 @@
-"""The live upstream connection pool."""
+"""The live upstream connection pool: the proxy's own HTTP/1.1 client, or httpx's."""
 
 from __future__ import annotations
 
@@ -6,15 +6,15 @@ import itertools
 
 import httpx
 
-# Idle connections are dropped before the common server keep-alive timeouts (uvicorn and
-# Node close idle connections after 5 s): reusing one the server is closing is a lost request.
-KEEPALIVE_EXPIRY = 4.0
+from proxy.http1 import KEEPALIVE_EXPIRY, Http1Transport
+from proxy.settings import ServerSettings
+
 SHARDS = 16
 KEEPALIVE_PER_SHARD = 16
 
 
 class ShardedTransport(httpx.AsyncBaseTransport):
-    """Several small httpcore pools instead of one large one.
+    """Several small httpcore pools instead of one large one (`upstream_client = "httpx"`).
 
     httpcore's pool does work proportional to all its connections on every request
     (encode/httpcore#1035): with 200 pooled connections a request cost ~11 ms of CPU and the
@@ -39,5 +39,7 @@ class ShardedTransport(httpx.AsyncBaseTransport):
             await shard.aclose()
 
 
-def live_transport() -> httpx.AsyncBaseTransport:
-    return ShardedTransport()
+def live_transport(server: ServerSettings) -> httpx.AsyncBaseTransport:
+    if server.upstream_client == "httpx":
+        return ShardedTransport()
+    return Http1Transport()

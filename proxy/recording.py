@@ -258,7 +258,7 @@ def upstream_transport(settings: Settings) -> httpx.AsyncBaseTransport | None:
             Path(recording.replay_dir), settings.upstream.base_url, recording.replay_timing
         )
     if recording.record_dir:
-        live = live_transport()
+        live = live_transport(settings.server)
         secret = frozenset(name.lower() for name in recording.secret_headers)
         return RecordingTransport(
             live, Path(recording.record_dir), settings.upstream.base_url, secret

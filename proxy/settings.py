@@ -34,6 +34,9 @@ ENVIRONMENT_KEYS = {
 }
 
 
+UPSTREAM_CLIENTS = ("http1", "httpx")
+
+
 @dataclass(frozen=True, slots=True)
 class ServerSettings:
     host: str = "127.0.0.1"
@@ -45,9 +48,12 @@ class ServerSettings:
     workers: int = 1
     shutdown_grace_seconds: float = 30.0
     """On SIGTERM: stop accepting, let open streams finish for this long, then close them."""
+    upstream_client: str = "http1"
+    """"http1" (the proxy's own HTTP/1.1 client, on httptools) or "httpx" (httpx's transport)."""
 
     def __post_init__(self) -> None:
         one_of("log_format", self.log_format, ("text", "json"))
+        one_of("upstream_client", self.upstream_client, UPSTREAM_CLIENTS)
         if not 0 < self.port < 65536:
             raise ConfigError(f"port: must be between 1 and 65535, got {self.port}")
 

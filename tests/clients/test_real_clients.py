@@ -57,6 +57,7 @@ EMITS = ("atomic", "incremental")
 def _emits(name: str) -> tuple[str, ...]:
     return ("atomic",) if name in NOT_REPAIRABLE_INCREMENTALLY else EMITS
 
+
 PROXY_TABLE = (
     f"through the proxy (strict repairs). openai {openai.__version__}: stream = "
     "chat.completions.stream(), create = create(stream=True) + accumulation by index,\n"

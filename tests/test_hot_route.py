@@ -1,0 +1,63 @@
+"""`POST /v1/chat/completions` skips Starlette's router and middlewares (proxy/asgi.py): it must
+still answer like the rest of the proxy, bugs of ours included, and leave other paths alone."""
+
+from __future__ import annotations
+
+import httpx
+
+from proxy.app import create_app
+from proxy.settings import Settings
+from tests.servers import serve_in_thread
+
+SSE = b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\ndata: [DONE]\n\n'
+BODY = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
+
+
+class BrokenOnceTransport(httpx.AsyncBaseTransport):
+    """Raises what no handler expects (not an httpx error) on its first request."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+        self.methods: list[str] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.sent += 1
+        self.methods.append(request.method)
+        if self.sent == 1:
+            raise RuntimeError("a bug in the proxy")
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=SSE)
+
+
+def served(transport: httpx.AsyncBaseTransport):
+    settings = Settings().with_values({"upstream.base_url": "http://127.0.0.1:9/v1"})
+    return serve_in_thread(create_app(settings, transport=transport))
+
+
+def test_an_unexpected_error_is_a_500_in_openais_format_and_the_proxy_goes_on(caplog) -> None:
+    transport = BrokenOnceTransport()
+    with served(transport) as url:
+        with caplog.at_level("ERROR", logger="proxy.asgi"):
+            failed = httpx.post(f"{url}/v1/chat/completions", json={**BODY, "stream": True})
+        after = httpx.post(f"{url}/v1/chat/completions", json={**BODY, "stream": True})
+    assert failed.status_code == 500
+    assert failed.json() == {
+        "error": {
+            "message": "streamfix failed to handle the request",
+            "type": "server_error",
+            "code": "internal_error",
+        }
+    }
+    assert "a bug in the proxy" in caplog.text
+    assert after.status_code == 200
+    assert after.content.endswith(b"data: [DONE]\n\n")
+
+
+def test_other_methods_and_paths_still_go_through_starlette() -> None:
+    transport = BrokenOnceTransport()
+    transport.sent = 1  # no failure
+    with served(transport) as url:
+        health = httpx.get(f"{url}/healthz")
+        listed = httpx.get(f"{url}/v1/chat/completions")  # not the hot route: passed through
+    assert health.json() == {"status": "ok"}
+    assert listed.status_code == 200
+    assert transport.methods == ["GET"]
