@@ -76,3 +76,34 @@ async def test_sharded_transport_spreads_requests_and_closes_every_shard(monkeyp
     await pool.aclose()
     assert seen == [0, 1, 2, 0, 1, 2]
     assert closed == [0, 1, 2]
+
+
+def test_both_upstream_clients_relay_the_same_bytes() -> None:
+    """`server.upstream_client = "httpx"` is the documented fallback: it must answer exactly as
+    the default client does, streamed and not, repaired and passed through."""
+    from tests.conftest import running_proxy
+    from tests.fake_upstream import running_fake_upstream
+
+    answers: dict[str, list[bytes]] = {}
+    with running_fake_upstream() as (_, root):
+        for client in ("http1", "httpx"):
+            with running_proxy(f"{root}/v1", **{"server.upstream_client": client}) as proxy:
+                got = []
+                for name, stream in [
+                    ("gemini_indexless_fragmented_parallel", True),
+                    ("openai_text_multibyte_utf8", True),
+                    ("openai_indexed_fragmented", False),
+                ]:
+                    body = {
+                        "model": name,
+                        "stream": stream,
+                        "messages": [{"role": "user", "content": "x"}],
+                    }
+                    response = httpx.post(f"{proxy}/v1/chat/completions", json=body)
+                    assert response.status_code == 200
+                    got.append(response.content)
+                models = httpx.get(f"{proxy}/v1/models")
+                got.append(models.content)
+                answers[client] = got
+    assert answers["http1"] == answers["httpx"]
+    assert all(answers["http1"])
