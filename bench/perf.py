@@ -4,6 +4,7 @@
     python bench/perf.py --quick         # a smoke run of about a minute
     python bench/perf.py --profile 15    # then py-spy streamfix, 15 s per profiled load
     python bench/perf.py --no-litellm    # without LiteLLM (its start-up alone takes 10-60 s)
+    python bench/perf.py --compare-clients  # plus do-nothing on httpx's upstream client (+1 min)
 
 Processes, all on 127.0.0.1, each its own process group, all ended in `finally`:
 
@@ -12,7 +13,9 @@ Processes, all on 127.0.0.1, each its own process group, all ended in `finally`:
   (`python -m proxy serve` with `repairs.enabled = false`), **streamfix** (default config,
   profile auto: the Gemini stream's model says "gemini", so receipts are captured), and
   **litellm** (`litellm[proxy]` in bench/results/litellm-venv, installed when missing, an
-  OpenAI-compatible passthrough `openai/*` to the same fake);
+  OpenAI-compatible passthrough `openai/*` to the same fake); with `--compare-clients` also
+  **do-nothing-httpx** (do-nothing with `server.upstream_client = "httpx"`: the upstream client
+  proxy/http1.py replaced), so the client's own effect is a ratio of two columns of one run;
 - the load generator (bench/perf_load.py): raw asyncio HTTP/1.1 client, one process, jobs
   over a pipe.
 
@@ -25,15 +28,15 @@ machine lands on all targets alike (LiteLLM aside, see below):
 2. memory: idle RSS, then RSS with N slow streams held open (per-stream cost);
 3. added latency: concurrency 1, non-streamed and a 20-event stream, targets interleaved
    request by request; target minus direct at the median and p99. Block 1 interleaves
-   direct, do-nothing and streamfix (both kinds); then LiteLLM gets a block of its own with
-   direct, and its added latency is against that block's direct;
+   direct, do-nothing (and do-nothing-httpx) and streamfix (both kinds); then LiteLLM gets a
+   block of its own with direct, and its added latency is against that block's direct;
 4. throughput: closed-loop workers at concurrency 1, 50, 200 on 50-event streams (text,
    Gemini tool calls, OpenAI fragmented tool calls), in rounds with the targets taking turns;
    the best round counts;
 5. CPU: server CPU seconds (whole process tree, from /proc) per 10,000 upstream events, from
    a fixed load at concurrency 50, in rounds too;
 6. growth: RSS before and after 20,000 sequential exchanges (capped in time; the count done
-   is reported).
+   is reported); not for do-nothing-httpx (about 23 s more, and not what it is there for).
 
 LiteLLM keeps working after each response (logging and callback tasks and threads), and on
 2 cores that work lands on whatever is measured next, not on all targets alike: interleaved
@@ -85,8 +88,22 @@ MiB = 1024 * 1024
 EVENTS = 50  # events per stream in the throughput and CPU phases
 SHORT = 20  # events of the "short stream" in the latency phase
 LITELLM_SPEC = "litellm[proxy]==1.108.7"
-TARGETS = ("direct", "do-nothing", "streamfix", "litellm")
+TARGETS = ("direct", "do-nothing", "do-nothing-httpx", "streamfix", "litellm")
 BASELINE = "direct"
+STREAMFIX_CONFIGS: dict[str, dict[str, dict[str, Any]]] = {
+    # target name -> its config file's sections; none: no config file, the defaults
+    "do-nothing": {"repairs": {"enabled": False}},
+    "do-nothing-httpx": {"repairs": {"enabled": False}, "server": {"upstream_client": "httpx"}},
+    "streamfix": {},
+}
+CLIENTS = ("do-nothing", "do-nothing-httpx")
+"""The do-nothing proxy on its own HTTP/1.1 upstream client and on httpx's (`--compare-clients`
+only): the same server but for the client, so their ratio is the client's effect alone."""
+COLUMNS = {"do-nothing-httpx": "do-nothing (httpx)"}  # table headers other than the name
+NO_GROWTH = frozenset({"do-nothing-httpx"})
+"""Left out of the growth phase: 20,000 sequential exchanges take it about 23 s (up to
+`growth_seconds`), and it is in the run to compare speed, not to look for leaks; without it the
+full run with `--compare-clients` stays near 8 minutes."""
 LEAVES_WORK_BEHIND = frozenset({"litellm"})
 """Targets that keep working after each response (LiteLLM: logging and callback tasks and
 threads). On 2 cores that work lands on whatever is measured next, so these targets get their
@@ -222,7 +239,18 @@ def clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(("STREAMFIX_", "LITELLM_"))}
 
 
-def start_streamfix(name: str, port: int, upstream: str, repairs: bool, work: Path) -> Target:
+def toml(sections: dict[str, dict[str, Any]]) -> str:
+    """Flat TOML tables; JSON spells booleans, numbers and plain strings as TOML does."""
+    return "\n".join(
+        f"[{section}]\n" + "".join(f"{key} = {json.dumps(value)}\n" for key, value in keys.items())
+        for section, keys in sections.items()
+    )
+
+
+def start_streamfix(
+    name: str, port: int, upstream: str, config: dict[str, dict[str, Any]], work: Path
+) -> Target:
+    """`python -m proxy serve` with `config` in its own file `<name>.toml` (none when empty)."""
     command = [
         sys.executable,
         "-m",
@@ -237,10 +265,10 @@ def start_streamfix(name: str, port: int, upstream: str, repairs: bool, work: Pa
         "--log-level",
         "warning",
     ]
-    if not repairs:
-        config = work / "do-nothing.toml"
-        config.write_text("[repairs]\nenabled = false\n")
-        command[4:4] = ["--config", str(config)]
+    if config:
+        path = work / f"{name}.toml"
+        path.write_text(toml(config))
+        command[4:4] = ["--config", str(path)]
     process = start(command, RESULTS / "logs" / f"{name}.log", env=clean_env(), cwd=ROOT)
     return Target(name, port, process, "/healthz", " ".join(command[1:]))
 
@@ -784,7 +812,7 @@ def phase_growth(load: LoadGenerator, targets: list[Target], plan: Plan, settler
     out = {}
     models = [["perf-json", False], [f"perf-text-{SHORT}", True], [f"gemini-gtools-{SHORT}", True]]
     for target in targets:
-        if target.pid is None:
+        if target.pid is None or target.name in NO_GROWTH:
             continue
         progress(f"growth: up to {plan.growth_exchanges} sequential exchanges via {target.name}")
         settler.before([target.name], f"growth: {target.name}")
@@ -1111,7 +1139,7 @@ def build_table(results: dict[str, Any], names: list[str]) -> tuple[list[list[st
     for name, g in growth.items():
         errors[name] += g["errors"]
     rows.append(["  failed requests, all phases", *[str(errors.get(n, 0)) for n in names]])
-    return rows, ["metric", *names]
+    return rows, ["metric", *(COLUMNS.get(name, name) for name in names)]
 
 
 def format_table(rows: list[list[str]], header: list[str]) -> str:
@@ -1158,6 +1186,29 @@ def ratios(results: dict[str, Any]) -> dict[str, Any]:
         if "streamfix" in level and "do-nothing" in level:
             out[f"throughput c=50, {kind}: streamfix / do-nothing"] = ratio(
                 level["streamfix"]["events_per_s"], level["do-nothing"]["events_per_s"]
+            )
+    return out | client_ratios(results)
+
+
+def client_ratios(results: dict[str, Any]) -> dict[str, str]:
+    """The upstream client's effect alone, one number per metric (only with both `CLIENTS`)."""
+    new, old = CLIENTS
+    lat = results.get("latency", {})
+    out: dict[str, str] = {}
+    for kind, label in (("json", "non-streamed"), ("short", "stream first byte")):
+        mine, theirs = added(lat, kind, "ttfb", new), added(lat, kind, "ttfb", old)
+        if mine and theirs:
+            out[f"added latency, {label} median: {new} / {old}"] = ratio(mine[0], theirs[0])
+    for kind, levels in results.get("throughput", {}).items():
+        level = levels.get("50", {})
+        if new in level and old in level:
+            out[f"throughput c=50, {kind}: {new} / {old}"] = ratio(
+                level[new]["events_per_s"], level[old]["events_per_s"]
+            )
+    for kind, per_target in results.get("cpu", {}).items():
+        if new in per_target and old in per_target:
+            out[f"CPU per event, {kind}: {new} / {old}"] = ratio(
+                server_cpu(per_target, new), server_cpu(per_target, old)
             )
     return out
 
@@ -1228,6 +1279,16 @@ def own_block_notes(lat: dict) -> list[str]:
     return lines
 
 
+COLUMN_NOTES = {
+    "do-nothing-httpx": 'do-nothing (httpx): do-nothing with server.upstream_client = "httpx" '
+    "(httpx's transport, as before proxy/http1.py); not run in the growth phase."
+}
+
+
+def column_notes(names: list[str]) -> list[str]:
+    return [COLUMN_NOTES[name] for name in names if name in COLUMN_NOTES]
+
+
 def report(results: dict[str, Any], names: list[str]) -> str:
     m = results["machine"]
     lines = [
@@ -1245,6 +1306,7 @@ def report(results: dict[str, Any], names: list[str]) -> str:
         f"proxy merged, best of {results['plan']['rounds']} rounds;",
         "CPU-s per 10k events: server CPU over all rounds. ! = some requests failed (perf.json).",
         *own_block_notes(results.get("latency", {})),
+        *column_notes(names),
         "",
         "ratios:",
     ]
@@ -1288,6 +1350,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run of about a minute")
     parser.add_argument("--no-litellm", action="store_true", help="leave LiteLLM out")
+    parser.add_argument(
+        "--compare-clients",
+        action="store_true",
+        help="also do-nothing on httpx's upstream client (about a minute more)",
+    )
     parser.add_argument("--litellm-spec", default=LITELLM_SPEC, help="pip spec when installing")
     parser.add_argument(
         "--litellm-venv", default=str(RESULTS / "litellm-venv"), help="LiteLLM's own venv"
@@ -1345,8 +1412,9 @@ def main() -> int:
         targets[0].process = None  # direct: no server of its own to measure
         direct_health = Target("fake", fake_port, fake, "/health")
         candidates = [
-            start_streamfix("do-nothing", free_port(), upstream, False, work),
-            start_streamfix("streamfix", free_port(), upstream, True, work),
+            start_streamfix(name, free_port(), upstream, config, work)
+            for name, config in STREAMFIX_CONFIGS.items()
+            if name != CLIENTS[1] or args.compare_clients
         ]
         if not args.no_litellm:
             venv = Path(args.litellm_venv).resolve()
