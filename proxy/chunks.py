@@ -29,3 +29,40 @@ def choices_of(chunk: dict[str, Any]) -> list[dict[str, Any]]:
 def choice_index(choice: dict[str, Any]) -> int:
     index = choice.get("index", 0)
     return index if isinstance(index, int) else 0
+
+
+def without_empty_choices(chunk: dict[str, Any]) -> list[dict[str, Any]]:
+    """`chunk` without the choices a repair emptied (no delta left, no finish, nothing else);
+    no chunk at all when nothing is left to say. A repair that takes something out of a delta
+    returns this, so the client does not get a stream of `"delta": {}` shells."""
+    choices = chunk.get("choices")
+    if not isinstance(choices, list):
+        return [chunk]
+    kept = [c for c in choices if not _is_empty_choice(c)]
+    if len(kept) == len(choices):
+        return [chunk]
+    chunk["choices"] = kept
+    if kept or chunk.get("usage"):
+        return [chunk]
+    return []
+
+
+def says_nothing(chunk: dict[str, Any]) -> bool:
+    """Only identity and choices with empty deltas: no content, finish, usage or anything else
+    a client could read. Such a chunk can go without the client missing anything."""
+    choices = chunk.get("choices")
+    return (
+        isinstance(choices, list)
+        and bool(choices)
+        and all(_is_empty_choice(c) for c in choices)
+        and set(chunk) <= {*_ENVELOPE_FIELDS, "choices"}
+    )
+
+
+def _is_empty_choice(choice: Any) -> bool:
+    if not isinstance(choice, dict) or choice.get("finish_reason") is not None:
+        return False
+    if set(choice) - {"index", "delta", "finish_reason", "logprobs"}:
+        return False
+    delta = choice.get("delta")
+    return isinstance(delta, dict) and not delta and choice.get("logprobs") is None

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from proxy.chunks import choice_index, choices_of
+from proxy.chunks import choice_index, choices_of, says_nothing
 from proxy.pipeline import Chunk, Repair
 
 
 class SingleRoleRepair(Repair):
     """Gemini repeats `role: "assistant"` on many deltas; OpenAI's SDK concatenates every
     string field it accumulates and ends up with `"assistantassistant"`. Keep `role` only on
-    each choice's first delta. Recording: `gemini_indexless_call_stop`.
+    each choice's first delta. A chunk that carried nothing but the repeated role (after the
+    tool-call repair took its fragment) goes entirely: it would reach the client as an empty
+    delta, one useless event per fragment. Recording: `gemini_indexless_call_stop`.
     """
 
     def __init__(self) -> None:
@@ -26,4 +28,6 @@ class SingleRoleRepair(Repair):
                     changed = True
             elif isinstance(delta, dict) and delta:
                 self._started.add(index)
-        return [chunk] if changed else None
+        if not changed:
+            return None
+        return [] if says_nothing(chunk) else [chunk]

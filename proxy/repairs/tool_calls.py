@@ -6,7 +6,7 @@ from typing import Any
 
 import orjson
 
-from proxy.chunks import choice_index, choices_of, envelope, new_chunk
+from proxy.chunks import choice_index, choices_of, envelope, new_chunk, without_empty_choices
 from proxy.exchange import Exchange
 from proxy.ids import generated_call_id
 from proxy.pipeline import Chunk, Repair
@@ -51,7 +51,7 @@ class ToolCallRepair(Repair):
         if not changed:
             return None
         self._envelope = envelope(chunk)
-        return before + _without_empty_choices(chunk)
+        return before + without_empty_choices(chunk)
 
     async def on_end(self) -> list[Chunk]:
         closing: list[Chunk] = []
@@ -240,26 +240,3 @@ def _rest_entry(call: ToolCall) -> dict[str, Any] | None:
     call.sent_fragments = len(call.fragments)
     call.sent_extra_content = call.extra_content
     return entry
-
-
-def _without_empty_choices(chunk: Chunk) -> list[Chunk]:
-    """Drop choices whose delta became empty; drop the chunk if nothing is left to say."""
-    choices = chunk.get("choices")
-    if not isinstance(choices, list):
-        return [chunk]
-    kept = [c for c in choices if not _empty_choice(c)]
-    if len(kept) == len(choices):
-        return [chunk]
-    chunk["choices"] = kept
-    if kept or chunk.get("usage"):
-        return [chunk]
-    return []
-
-
-def _empty_choice(choice: Any) -> bool:
-    if not isinstance(choice, dict) or choice.get("finish_reason") is not None:
-        return False
-    if set(choice) - {"index", "delta", "finish_reason", "logprobs"}:
-        return False
-    delta = choice.get("delta")
-    return isinstance(delta, dict) and not delta and choice.get("logprobs") is None
