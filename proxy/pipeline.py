@@ -32,6 +32,11 @@ class Repair:
         out); a list replaces the chunk (empty drops it, several split it)."""
         return None
 
+    def wants_chunks(self) -> bool:
+        """Whether `on_chunk` has anything to do in this exchange; asked once, when the chain
+        is built, so a repair with nothing to watch costs nothing per chunk."""
+        return type(self).on_chunk is not Repair.on_chunk
+
     async def on_end(self) -> list[Chunk]:
         """The upstream stream ended cleanly: chunks to send before `[DONE]`."""
         return []
@@ -45,11 +50,11 @@ class RepairChain:
     def __init__(self, repairs: Sequence[Repair], *, strict: bool = False) -> None:
         self.repairs = list(repairs)
         self.strict = strict
-        # Per chunk, only the repairs that look at chunks run (HistoryRepair, for one, does not).
+        # Per chunk, only the repairs with something to do run (HistoryRepair never has).
         self._chunk_repairs = [
             (position, repair)
             for position, repair in enumerate(self.repairs)
-            if type(repair).on_chunk is not Repair.on_chunk
+            if repair.wants_chunks()
         ]
 
     async def on_request(self, body: dict[str, Any]) -> bool:

@@ -83,9 +83,12 @@ class ReceiptRepair(Repair):
             self._exchange.note(f"{kind}_missing", "%d tool turn(s) without it", amount)
         return removed + sum(injected.values()) + placeholders > 0
 
+    def wants_chunks(self) -> bool:
+        return self._profile.keeps_receipts
+
     def on_chunk(self, chunk: Chunk) -> list[Chunk] | None:
         if not self._profile.keeps_receipts:
-            return None
+            return None  # the chain does not call it then (wants_chunks); direct callers may
         for choice in choices_of(chunk):
             delta = choice.get("delta")
             if isinstance(delta, dict):
