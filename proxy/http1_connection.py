@@ -206,6 +206,11 @@ class Connection(asyncio.Protocol):
         if status == 101:
             self._fail(Failure(SWITCHED))
             return
+        if not 100 <= status <= 599:
+            # httptools takes any three digits ("000", "099", "999"); RFC 9110 §15 says to treat
+            # them as a server error, and the ASGI server could not send them on anyway.
+            self._fail(Failure(f"malformed response from the upstream: status {status}"))
+            return
         self.status = status
         self.http_version = b"HTTP/" + self._parser.get_http_version().encode("ascii")
         self._close_delimited = (
