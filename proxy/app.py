@@ -7,7 +7,6 @@ import os
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
 
 import httpx
 import orjson
@@ -18,7 +17,7 @@ from starlette.routing import Route as Endpoint
 
 from proxy.asgi import StreamfixApp
 from proxy.auth import is_allowed, parse_keys
-from proxy.chat_request import parse_chat_request, read_body
+from proxy.chat_request import model_of, parse_chat_request, read_body
 from proxy.delivery import relay, repaired_json, repaired_sse
 from proxy.errors import ClientError, error_response
 from proxy.exchange import Exchange
@@ -143,7 +142,7 @@ class Proxy:
             raw = await read_body(request, self.settings.server.max_request_bytes)
         except ClientError as exc:
             return self._refused(exc, request_id)
-        route = self.router.route_for(_model_of(raw))
+        route = self.router.route_for(model_of(raw))
         exchange = Exchange(request_id=request_id, route=route.name)
         path = request.path_params["path"]
         try:
@@ -271,14 +270,6 @@ class Proxy:
 
 def new_request_id() -> str:
     return os.urandom(16).hex()  # as unique as uuid4, without building a UUID object
-
-
-def _model_of(raw: bytes) -> Any:
-    try:
-        body = orjson.loads(raw) if raw else None
-    except orjson.JSONDecodeError:
-        return None
-    return body.get("model") if isinstance(body, dict) else None
 
 
 def create_app(

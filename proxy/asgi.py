@@ -6,7 +6,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
@@ -37,6 +37,8 @@ class StreamfixApp(Starlette):
     async def _hot(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             response = await self._hot_handler(Request(scope, receive))
+        except ClientDisconnect:
+            return  # the client left while sending its request: nobody to answer, nothing sent
         except Exception:
             # A bug of ours, before any byte went out: the client still gets OpenAI's format.
             logger.exception("unexpected error while handling %s", HOT_PATH)

@@ -40,3 +40,12 @@ def parse_chat_request(raw: bytes) -> dict[str, Any]:
 
 def _too_large(limit: int) -> ClientError:
     return ClientError(413, f"request body exceeds {limit} bytes", "request_too_large")
+
+
+def model_of(raw: bytes) -> Any:
+    """The `model` of any JSON body (other /v1/ paths route by it too), None when there is none."""
+    try:
+        body = orjson.loads(raw) if raw else None
+    except orjson.JSONDecodeError:
+        return None
+    return body.get("model") if isinstance(body, dict) else None

@@ -3,6 +3,9 @@ still answer like the rest of the proxy, bugs of ours included, and leave other 
 
 from __future__ import annotations
 
+import socket
+import time
+
 import httpx
 
 from proxy.app import create_app
@@ -61,3 +64,25 @@ def test_other_methods_and_paths_still_go_through_starlette() -> None:
     assert health.json() == {"status": "ok"}
     assert listed.status_code == 200
     assert transport.methods == ["GET"]
+
+
+def test_a_client_leaving_mid_upload_is_not_an_error(caplog) -> None:
+    """A body cut off by the client's disconnect: nobody is left to answer, so no 500 and no
+    "unexpected error" in the log, and nothing goes upstream."""
+    transport = BrokenOnceTransport()
+    transport.sent = 1
+    with served(transport) as url:
+        port = int(url.rsplit(":", 1)[1])
+        with caplog.at_level("ERROR"):
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+                sock.sendall(
+                    b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+                    b'content-type: application/json\r\ncontent-length: 1000\r\n\r\n{"model":'
+                )
+                time.sleep(0.1)
+            time.sleep(0.3)  # the proxy notices the close and ends the request
+            after = httpx.post(f"{url}/v1/chat/completions", json={**BODY, "stream": True})
+    assert after.status_code == 200
+    assert transport.methods == ["POST"]  # only the second request went upstream
+    assert "unexpected error" not in caplog.text
+    assert "Exception in ASGI application" not in caplog.text
