@@ -24,7 +24,7 @@ OnClose = Callable[[], None]
 def relay(upstream: httpx.Response, headers: dict[str, str], on_close: OnClose) -> Response:
     """Errors, non-SSE bodies and other paths: the upstream's bytes, as they come."""
     return StreamedResponse(
-        _closing(upstream, upstream.aiter_bytes(), on_close),
+        _Closing(upstream, upstream.aiter_bytes(), on_close),
         status_code=upstream.status_code,
         headers=headers,
     )
@@ -54,7 +54,7 @@ def repaired_sse(
         abort,
     )
     return StreamedResponse(
-        _closing(upstream, stream, on_close),
+        _Closing(upstream, stream, on_close),
         status_code=upstream.status_code,
         headers={**headers, **SSE_HEADERS},
         media_type="text/event-stream",
@@ -85,23 +85,49 @@ async def repaired_json(
     return Response(raw, status_code=upstream.status_code, headers=headers)
 
 
-async def _closing(
-    upstream: httpx.Response, body: AsyncIterator[bytes], on_close: OnClose
-) -> AsyncIterator[bytes]:
-    """Close the upstream response in the generator's own `finally`, which runs however the
-    stream ends. A recording transport also gets to see what the client was sent."""
-    recording = upstream.extensions.get(CASSETTE)
-    try:
-        async for part in body:
-            if recording is not None:
-                recording.sent(part)
-            yield part
-    finally:
-        # Bookkeeping first: when a shutdown cancels this stream, the await below is where
-        # the cancellation lands, and the exchange must still be logged and counted.
+class _Closing:
+    """The body the client gets, which closes the upstream response and books the exchange
+    exactly once, however the stream ends: run out, failed, cancelled, or closed before its
+    first byte (a shutdown landing while the response head was still being written), which an
+    async generator's `finally` would never see. A recording transport also gets to see what
+    the client was sent."""
+
+    def __init__(
+        self, upstream: httpx.Response, body: AsyncIterator[bytes], on_close: OnClose
+    ) -> None:
+        self._upstream = upstream
+        self._body = body
+        self._on_close = on_close
+        self._recording = upstream.extensions.get(CASSETTE)
+        self._closed = False
+
+    def __aiter__(self) -> _Closing:
+        return self
+
+    async def __anext__(self) -> bytes:
         try:
-            on_close()
-            if recording is not None:
-                recording.save()
+            part = await anext(self._body)
+        except BaseException:  # the end, a failure or a cancellation: cleaned up, then raised
+            await self.aclose()
+            raise
+        if self._recording is not None:
+            self._recording.sent(part)
+        return part
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        # Bookkeeping first: when a shutdown cancels this stream, an await below is where the
+        # cancellation lands, and the exchange must still be logged and counted.
+        try:
+            self._on_close()
+            if self._recording is not None:
+                self._recording.save()
         finally:
-            await upstream.aclose()
+            try:
+                aclose = getattr(self._body, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+            finally:
+                await self._upstream.aclose()

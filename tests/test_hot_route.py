@@ -3,12 +3,15 @@ still answer like the rest of the proxy, bugs of ours included, and leave other 
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
 
 import httpx
+import pytest
 
 from proxy.app import create_app
+from proxy.delivery import relay
 from proxy.settings import Settings
 from tests.servers import serve_in_thread
 
@@ -86,3 +89,35 @@ def test_a_client_leaving_mid_upload_is_not_an_error(caplog) -> None:
     assert transport.methods == ["POST"]  # only the second request went upstream
     assert "unexpected error" not in caplog.text
     assert "Exception in ASGI application" not in caplog.text
+
+
+async def test_a_stream_ended_before_its_first_byte_still_closes_the_upstream_and_is_booked():
+    """A shutdown's cancellation can land while the response head is being written (a client
+    whose socket buffer is full): the body never started, yet the upstream response must be
+    closed and the exchange logged and counted."""
+    closed: list[str] = []
+    booked: list[bool] = []
+
+    class UpstreamBody(httpx.AsyncByteStream):
+        async def __aiter__(self):
+            yield b'data: {"choices":[]}\n\n'
+
+        async def aclose(self) -> None:
+            closed.append("upstream")
+
+    upstream = httpx.Response(
+        200, headers={"content-type": "text/event-stream"}, stream=UpstreamBody()
+    )
+    response = relay(upstream, {}, lambda: booked.append(True))
+
+    async def send(message) -> None:
+        if message["type"] == "http.response.start":
+            raise asyncio.CancelledError  # where a shutdown's cancellation lands
+
+    async def receive():
+        await asyncio.Event().wait()  # the client never leaves
+
+    with pytest.raises(asyncio.CancelledError):
+        await response({"type": "http"}, receive, send)
+    assert booked == [True]
+    assert closed == ["upstream"]
