@@ -20,7 +20,7 @@ HOT_PATH = "/v1/chat/completions"
 
 class StreamfixApp(Starlette):
     """Starlette with one shortcut: `POST /v1/chat/completions`, nearly every request the proxy
-    sees, skips the router and the two exception middlewares (about a fifth of the proxy's own
+    sees, skips the router and the two exception middlewares (about a tenth of the proxy's own
     time per request in a profile). Every other path and the lifespan go through Starlette."""
 
     def __init__(self, hot_handler: Handler, **kwargs) -> None:
