@@ -154,14 +154,16 @@ async def repaired_stream(
     def process(events: list[SSEEvent]) -> bytes:
         out = []
         for event in events:
-            if _is_done(event):
-                continue  # re-sent once, after the repairs' closing chunks
             chunk = _as_chunk(event)
-            if chunk is None:
+            if chunk is not None:
+                items = chain.on_chunk(chunk, event.raw)
+                if len(items) == 1 and items[0][1] is not None:
+                    out.append(items[0][1])  # the common case: untouched, as received
+                else:
+                    out.append(emit(items))
+            elif not _is_done(event):  # [DONE] goes out once, after the closing chunks
                 out.append(event.raw)
-            else:
-                out.append(emit(chain.on_chunk(chunk, event.raw)))
-        return b"".join(out)
+        return b"".join(out) if len(out) != 1 else out[0]
 
     try:
         async for data in upstream:
