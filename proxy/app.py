@@ -9,20 +9,22 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
 import httpx
-import orjson
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route as Endpoint
 
-from proxy.asgi import StreamfixApp
+from proxy import json_codec
+from proxy.asgi import StreamfixApp, internal_error
 from proxy.auth import is_allowed, parse_keys
+from proxy.body_decoding import decoder_for
 from proxy.chat_request import model_of, parse_chat_request, read_body
 from proxy.delivery import relay, repaired_json, repaired_sse
 from proxy.errors import ClientError, error_response
 from proxy.exchange import Exchange
 from proxy.logs import EXCHANGE
 from proxy.metrics import CONTENT_TYPE, Metrics
+from proxy.paths import UnsafePath, checked_relative
 from proxy.pipeline import RepairChain
 from proxy.pool import live_transport
 from proxy.recording import UPSTREAM, upstream_transport
@@ -32,12 +34,14 @@ from proxy.settings import ConfigError, Settings
 from proxy.store import ReceiptStore, open_store
 from proxy.tenancy import ReceiptScope, tenant_of
 from proxy.upstream import (
-    UnsafePath,
+    RawHeaders,
     describe_failure,
     request_headers,
     response_headers,
     upstream_url,
 )
+
+CHAT_PATH = b"chat/completions"
 
 logger = logging.getLogger(__name__)
 
@@ -112,16 +116,24 @@ class Proxy:
             strict=self.settings.repairs.strict,
         )
         changed = await chain.on_request(body) or renamed
-        content = orjson.dumps(body) if changed else raw
-        upstream = await self._send(request, route, "chat/completions", content, exchange)
+        content = json_codec.dumps(body) if changed else raw
+        upstream = await self._send(request, route, CHAT_PATH, content, exchange)
         if isinstance(upstream, Response):
             self._finished(exchange, upstream.status_code)
             return upstream
-        headers = self._client_headers(upstream, request_id)
         status = upstream.status_code
         is_sse = upstream.headers.get("content-type", "").startswith("text/event-stream")
-        if status >= 400 or (body.get("stream") and not is_sse):
+        decoder = decoder_for(upstream.headers.get("content-encoding", ""))
+        if status >= 400 or (body.get("stream") and not is_sse) or decoder is None:
+            if decoder is None and status < 400:
+                exchange.note(
+                    "unrepaired_encoding",
+                    "relayed unrepaired: the proxy does not decode Content-Encoding %r",
+                    upstream.headers.get("content-encoding"),
+                )
+            headers = self._client_headers(upstream, request_id, decoded=False)
             return relay(upstream, headers, lambda: self._finished(exchange, status))
+        headers = self._client_headers(upstream, request_id, decoded=True)
         if body.get("stream"):
             self.metrics.active_streams.inc()
 
@@ -130,9 +142,14 @@ class Proxy:
                 self._finished(exchange, status)
 
             limit = self.settings.server.max_event_bytes
-            return repaired_sse(upstream, chain, exchange, headers, limit, stream_closed)
+            return repaired_sse(upstream, chain, exchange, headers, limit, decoder, stream_closed)
         return await repaired_json(
-            upstream, chain, headers, lambda: self._finished(exchange, status)
+            upstream,
+            chain,
+            headers,
+            decoder,
+            self.settings.server.max_response_bytes,
+            lambda: self._finished(exchange, status),
         )
 
     async def passthrough(self, request: Request) -> Response:
@@ -144,16 +161,15 @@ class Proxy:
             return self._refused(exc, request_id)
         route = self.router.route_for(model_of(raw))
         exchange = Exchange(request_id=request_id, route=route.name)
-        path = request.path_params["path"]
         try:
-            upstream_url(route.upstream, path, "")
+            path = checked_relative(_after_first_segment(request.scope))
         except UnsafePath as exc:
             return self._refused(ClientError(400, str(exc), "invalid_path"), request_id)
         upstream = await self._send(request, route, path, raw, exchange)
         if isinstance(upstream, Response):
             self._finished(exchange, upstream.status_code)
             return upstream
-        headers = self._client_headers(upstream, request_id)
+        headers = self._client_headers(upstream, request_id, decoded=False)
         status = upstream.status_code
         return relay(upstream, headers, lambda: self._finished(exchange, status))
 
@@ -184,17 +200,17 @@ class Proxy:
         )
 
     async def _send(
-        self, request: Request, route: Route, path: str, content: bytes, exchange: Exchange
+        self, request: Request, route: Route, path: bytes, content: bytes, exchange: Exchange
     ) -> httpx.Response | Response:
         headers = request_headers(
-            request.headers.items(),
+            request.scope["headers"],
             exchange.request_id,
             credential=route.upstream_key,
             drop_credential=bool(self.proxy_keys),
         )
         outgoing = httpx.Request(
             request.method,
-            upstream_url(route.upstream, path, request.url.query),
+            upstream_url(route.upstream, path, request.scope.get("query_string", b"")),
             headers=headers,
             content=content,
             extensions={
@@ -235,9 +251,9 @@ class Proxy:
             return await self.transport.handle_async_request(outgoing)
 
     @staticmethod
-    def _client_headers(upstream: httpx.Response, request_id: str) -> dict[str, str]:
-        headers = response_headers(upstream.headers)
-        headers["x-request-id"] = request_id
+    def _client_headers(upstream: httpx.Response, request_id: str, decoded: bool) -> RawHeaders:
+        headers = response_headers(upstream.headers, decoded)
+        headers.append((b"x-request-id", request_id.encode("latin-1")))
         return headers
 
     def _finished(self, exchange: Exchange, status: int) -> None:
@@ -268,6 +284,12 @@ class Proxy:
         )
 
 
+def _after_first_segment(scope: dict) -> bytes:
+    """The client's raw path after `/v1/`, as sent (the app normalised it once already)."""
+    raw_path: bytes = scope.get("raw_path") or scope["path"].encode()
+    return raw_path.lstrip(b"/").partition(b"/")[2]
+
+
 def new_request_id() -> str:
     return os.urandom(16).hex()  # as unique as uuid4, without building a UUID object
 
@@ -287,6 +309,11 @@ def create_app(
             methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"],
         ),
     ]
-    app = StreamfixApp(proxy.chat_completions, routes=endpoints, lifespan=proxy.lifespan)
+    app = StreamfixApp(
+        proxy.chat_completions,
+        routes=endpoints,
+        lifespan=proxy.lifespan,
+        exception_handlers={Exception: internal_error},
+    )
     app.state.proxy = proxy
     return app

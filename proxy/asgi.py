@@ -11,6 +11,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from proxy.errors import error_response
+from proxy.paths import decoded, normalised
 
 logger = logging.getLogger(__name__)
 
@@ -28,11 +29,13 @@ class StreamfixApp(Starlette):
         self._hot_handler = hot_handler
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] == HOT_PATH and scope["method"] == "POST":
-            scope["app"] = self
-            await self._hot(scope, receive, send)
-        else:
-            await super().__call__(scope, receive, send)
+        if scope["type"] == "http":
+            scope = _normalised(scope)
+            if scope["path"] == HOT_PATH and scope["method"] == "POST":
+                scope["app"] = self
+                await self._hot(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
 
     async def _hot(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -46,3 +49,23 @@ class StreamfixApp(Starlette):
                 500, "streamfix failed to handle the request", "server_error", "internal_error"
             )
         await response(scope, receive, send)
+
+
+def _normalised(scope: Scope) -> Scope:
+    """Normalise the path once, before any routing: every spelling of a route (`//`, a trailing
+    slash) reaches the same handler, and what is forwarded is what was routed."""
+    raw_path = scope.get("raw_path")
+    if raw_path is None:
+        raw_path = scope["path"].encode()
+    normal = normalised(raw_path)
+    if normal is raw_path:
+        return scope  # the common case: nothing to change, nothing copied
+    return {**scope, "raw_path": normal, "path": decoded(normal)}
+
+
+async def internal_error(request: Request, exc: Exception) -> Response:
+    """Starlette's last resort on every other route: OpenAI's format, not a text page."""
+    logger.exception("unexpected error while handling %s", request.url.path)
+    return error_response(
+        500, "streamfix failed to handle the request", "server_error", "internal_error"
+    )

@@ -7,6 +7,7 @@ from typing import Any
 import orjson
 from starlette.requests import Request
 
+from proxy import json_codec
 from proxy.errors import ClientError
 
 
@@ -28,8 +29,8 @@ async def read_body(request: Request, limit: int) -> bytes:
 def parse_chat_request(raw: bytes) -> dict[str, Any]:
     """The chat-completion body as an object with a `messages` list, or a 400 that says why."""
     try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
+        body = json_codec.loads(raw)
+    except json_codec.JSONDecodeError as exc:
         raise ClientError(400, f"request body is not valid JSON: {exc}", "invalid_json") from exc
     if not isinstance(body, dict):
         raise ClientError(400, "request body must be a JSON object", "invalid_request")

@@ -2,29 +2,36 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 
 import httpx
-import orjson
 from starlette.responses import Response
 
+from proxy import json_codec
+from proxy.body_decoding import Decoder, decoded, read_limited
 from proxy.errors import error_event, error_response
 from proxy.exchange import Exchange
+from proxy.limits import LimitExceeded
 from proxy.pipeline import RepairChain, repaired_stream
 from proxy.recording import CASSETTE
-from proxy.sse import EventTooLarge, SSEDecoder
+from proxy.sse import SSEDecoder
 from proxy.streaming import StreamedResponse
-from proxy.upstream import describe_failure
+from proxy.upstream import RawHeaders, describe_failure
 
-SSE_HEADERS = {"cache-control": "no-store", "x-accel-buffering": "no"}
+Headers = RawHeaders | Mapping[str, str]
+
+# A repaired stream must reach the client unbuffered and uncached, whatever the upstream said.
+SSE_HEADERS = [(b"cache-control", b"no-store"), (b"x-accel-buffering", b"no")]
+_SSE_NAMES = {name for name, _ in SSE_HEADERS}
 
 OnClose = Callable[[], None]
 
 
-def relay(upstream: httpx.Response, headers: dict[str, str], on_close: OnClose) -> Response:
-    """Errors, non-SSE bodies and other paths: the upstream's bytes, as they come."""
+def relay(upstream: httpx.Response, headers: Headers, on_close: OnClose) -> Response:
+    """Errors, non-SSE bodies and other paths: the upstream's bytes as they come, undecoded
+    (their `Content-Encoding` travels with them)."""
     return StreamedResponse(
-        _Closing(upstream, upstream.aiter_bytes(), on_close),
+        _Closing(upstream, raw_body(upstream), on_close),
         status_code=upstream.status_code,
         headers=headers,
     )
@@ -34,55 +41,76 @@ def repaired_sse(
     upstream: httpx.Response,
     chain: RepairChain,
     exchange: Exchange,
-    headers: dict[str, str],
+    headers: RawHeaders,
     max_event_bytes: int,
+    decoder: Decoder,
     on_close: OnClose,
 ) -> Response:
     def abort(exc: Exception) -> bytes:
         # No finish reason and no [DONE]: a truncated answer must not look complete.
         exchange.note("stream_aborted", "upstream stream failed: %s", type(exc).__name__)
-        if isinstance(exc, EventTooLarge):
-            return error_event(str(exc), "upstream_error", "event_too_large")
+        if isinstance(exc, LimitExceeded):
+            return error_event(str(exc), "upstream_error", exc.code)
         _, message, code = describe_failure(exc)
         return error_event(message, "upstream_error", code)
 
     stream = repaired_stream(
-        upstream.aiter_bytes(),
+        decoded(raw_body(upstream), decoder),
         chain,
         SSEDecoder(max_event_bytes),
-        (httpx.HTTPError, EventTooLarge),
+        (httpx.HTTPError, LimitExceeded),
         abort,
     )
     return StreamedResponse(
         _Closing(upstream, stream, on_close),
         status_code=upstream.status_code,
-        headers={**headers, **SSE_HEADERS},
+        headers=[*(f for f in headers if f[0].lower() not in _SSE_NAMES), *SSE_HEADERS],
         media_type="text/event-stream",
     )
 
 
 async def repaired_json(
-    upstream: httpx.Response, chain: RepairChain, headers: dict[str, str], on_close: OnClose
+    upstream: httpx.Response,
+    chain: RepairChain,
+    headers: RawHeaders,
+    decoder: Decoder,
+    max_bytes: int,
+    on_close: OnClose,
 ) -> Response:
     try:
-        raw = await upstream.aread()
-    except httpx.HTTPError as exc:
-        status, message, code = describe_failure(exc)
+        pieces = decoded(raw_body(upstream), decoder)
+        raw = await read_limited(pieces, max_bytes, upstream.headers.get("content-length"))
+    except (httpx.HTTPError, LimitExceeded) as exc:
         on_close()
+        if isinstance(exc, LimitExceeded):
+            return error_response(502, str(exc), "upstream_error", exc.code)
+        status, message, code = describe_failure(exc)
         return error_response(status, message, "upstream_error", code)
     finally:
         await upstream.aclose()
     try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError:
+        body = json_codec.loads(raw)
+    except json_codec.JSONDecodeError:
         body = None  # not ours to fix: passed on as received
     if isinstance(body, dict) and await chain.on_response(body):
-        raw = orjson.dumps(body)
+        raw = json_codec.dumps(body)
     if (recording := upstream.extensions.get(CASSETTE)) is not None:
         recording.sent(raw)
         recording.save()
     on_close()  # a sync background task would cost a thread hand-off per request
-    return Response(raw, status_code=upstream.status_code, headers=headers)
+    response = Response(raw, status_code=upstream.status_code)
+    response.raw_headers.extend(headers)
+    return response
+
+
+async def raw_body(upstream: httpx.Response) -> AsyncIterator[bytes]:
+    """The body as the upstream framed it, undecoded. A response that an in-process transport
+    built from bytes is already read: its content is the whole body."""
+    if upstream.is_stream_consumed:
+        yield upstream.content
+        return
+    async for piece in upstream.aiter_raw():
+        yield piece
 
 
 class _Closing:

@@ -11,8 +11,8 @@ import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
-import orjson
-
+from proxy import json_codec
+from proxy.limits import LimitExceeded
 from proxy.sse import DONE, SSEDecoder, SSEEvent, encode
 
 logger = logging.getLogger(__name__)
@@ -80,6 +80,8 @@ class RepairChain:
                 continue
             try:
                 result = repair.on_chunk(chunk)
+            except LimitExceeded:
+                raise  # the upstream outgrew a bound: the stream ends, no repair's bug
             except Exception:
                 self._absorb(repair)
                 continue
@@ -125,8 +127,8 @@ def _as_chunk(event: SSEEvent) -> Chunk | None:
     if not data.startswith("{"):
         return None
     try:
-        chunk = orjson.loads(data)
-    except orjson.JSONDecodeError:
+        chunk = json_codec.loads(data)
+    except json_codec.JSONDecodeError:
         return None
     return chunk if isinstance(chunk, dict) else None
 

@@ -43,6 +43,8 @@ class ServerSettings:
     port: int = 8080
     max_request_bytes: int = 16 * 1024 * 1024
     max_event_bytes: int = 8 * 1024 * 1024
+    max_response_bytes: int = 64 * 1024 * 1024
+    """Largest non-streamed upstream body the proxy buffers to repair (decoded); past it 502."""
     log_format: str = "text"
     """"text" (one human-readable line per exchange) or "json" (one JSON object per line)."""
     workers: int = 1
@@ -50,6 +52,20 @@ class ServerSettings:
     """On SIGTERM: stop accepting, let open streams finish for this long, then close them."""
     upstream_client: str = "http1"
     """"http1" (the proxy's own HTTP/1.1 client, on httptools) or "httpx" (httpx's transport)."""
+    header_timeout_seconds: float = 10.0
+    """A connection's request head must arrive whole within this (else 408 and close)."""
+    max_header_bytes: int = 65_536
+    """Largest request head (request line and headers) accepted (else 431 and close)."""
+    body_timeout_seconds: float = 30.0
+    """Longest pause between two pieces of a request body (else 408 and close)."""
+    body_total_timeout_seconds: float = 120.0
+    """The whole request body must arrive within this, however steadily it drips (else 408)."""
+    max_buffered_request_bytes: int = 268_435_456
+    """Request bodies being received, across all connections of a process (else 503)."""
+    max_connections: int = 2048
+    """Open client connections per process; one beyond it gets 503 and is closed."""
+    keepalive_timeout_seconds: float = 5.0
+    """An idle kept-alive connection is closed after this long without a new request."""
 
     def __post_init__(self) -> None:
         one_of("log_format", self.log_format, ("text", "json"))
@@ -130,6 +146,9 @@ class SignatureSettings:
 @dataclass(frozen=True, slots=True)
 class ToolCallSettings:
     emit: str = "atomic"
+    max_buffered_bytes: int = 8 * 1024 * 1024
+    """Tool-call arguments one exchange may hold while assembling calls; past it the stream
+    ends with an error event (the calls cannot be delivered whole)."""
 
     def __post_init__(self) -> None:
         one_of("emit", self.emit, ("atomic", "incremental"))

@@ -11,15 +11,18 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
+from proxy import json_codec
+from proxy.limits import LimitExceeded
 
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 
 DONE = b"data: [DONE]\n\n"
 
 
-class EventTooLarge(ValueError):
+class EventTooLarge(LimitExceeded):
     """One SSE event grew past the configured limit before its terminating blank line."""
+
+    code = "event_too_large"
 
 
 @dataclass(slots=True)
@@ -107,4 +110,4 @@ class SSEDecoder:
 
 def encode(chunk: Any) -> bytes:
     """One `data:` event carrying `chunk` as JSON."""
-    return b"data: " + orjson.dumps(chunk) + b"\n\n"
+    return b"data: " + json_codec.dumps(chunk) + b"\n\n"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -22,14 +22,18 @@ class StreamedResponse(Response):
         self,
         content: AsyncIterator[bytes],
         status_code: int = 200,
-        headers: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | Sequence[tuple[bytes, bytes]] | None = None,
         media_type: str | None = None,
     ) -> None:
         self.body_iterator = content
         self.status_code = status_code
         self.media_type = media_type
         self.background = None
-        self.init_headers(headers)
+        if headers is None or isinstance(headers, Mapping):
+            self.init_headers(headers)
+        else:
+            # Fields as the upstream sent them, one line each (two Set-Cookies stay two).
+            self.raw_headers = with_content_type(list(headers), media_type)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         task = asyncio.current_task()
@@ -73,3 +77,11 @@ class StreamedResponse(Response):
 async def _until_disconnect(receive: Receive) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
+
+
+def with_content_type(
+    raw_headers: list[tuple[bytes, bytes]], media_type: str | None
+) -> list[tuple[bytes, bytes]]:
+    if media_type is not None and not any(n.lower() == b"content-type" for n, _ in raw_headers):
+        raw_headers.append((b"content-type", media_type.encode("latin-1")))
+    return raw_headers

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
 import httpx
 
+from proxy.paths import UnsafePath
 from proxy.settings import UpstreamSettings
+
+__all__ = ["UnsafePath"]
 
 # httpx logs every request URL at INFO and DEBUG, query string included, and a query string can
 # carry a credential (Google's `?key=`). The proxy logs its own line per exchange instead.
@@ -17,63 +20,80 @@ for _name in ("httpx", "httpcore"):
 # RFC 9110 §7.6.1 hop-by-hop fields, plus those httpx or the server recompute per connection.
 HOP_BY_HOP = frozenset(
     {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "host",
-        "content-length",
+        b"connection",
+        b"keep-alive",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+        b"host",
+        b"content-length",
     }
 )
+CLIENT_CREDENTIALS = frozenset({b"authorization", b"x-api-key"})
+
+RawHeaders = list[tuple[bytes, bytes]]
 
 
-def _connection_listed(headers: Mapping[str, str]) -> set[str]:
-    listed = headers.get("connection", "")
-    return {name.strip().lower() for name in listed.split(",") if name.strip()}
+def _connection_listed(pairs: Iterable[tuple[bytes, bytes]]) -> set[bytes]:
+    return {
+        name.strip().lower()
+        for key, value in pairs
+        if key.lower() == b"connection"
+        for name in value.split(b",")
+        if name.strip()
+    }
 
 
 def request_headers(
-    incoming: Iterable[tuple[str, str]],
+    incoming: Iterable[tuple[bytes, bytes]],
     request_id: str,
     credential: str | None = None,
     drop_credential: bool = False,
-) -> list[tuple[str, str]]:
-    """The client's headers minus hop-by-hop ones. Upstream is asked not to compress, so bodies
-    can be repaired as they stream and forwarded without re-encoding. A route's own key
-    replaces the client's credential; the proxy's own keys never travel upstream."""
+) -> RawHeaders:
+    """The client's headers, as the bytes it sent (a UTF-8 `X-Title: Café` crosses unchanged),
+    minus hop-by-hop ones. Upstream is asked not to compress, so bodies can be repaired as they
+    stream. A route's own key replaces the client's credential; the proxy's own keys never
+    travel upstream."""
     pairs = [(name.lower(), value) for name, value in incoming]
-    dropped = HOP_BY_HOP | _connection_listed(dict(pairs)) | {"accept-encoding", "x-request-id"}
+    dropped = HOP_BY_HOP | _connection_listed(pairs) | {b"accept-encoding", b"x-request-id"}
     if credential or drop_credential:
-        dropped |= {"authorization", "x-api-key"}
+        dropped |= CLIENT_CREDENTIALS
     kept = [(name, value) for name, value in pairs if name not in dropped]
-    extra = [("authorization", f"Bearer {credential}")] if credential else []
-    return [*kept, *extra, ("accept-encoding", "identity"), ("x-request-id", request_id)]
+    extra = [(b"authorization", f"Bearer {credential}".encode())] if credential else []
+    return [
+        *kept,
+        *extra,
+        (b"accept-encoding", b"identity"),
+        (b"x-request-id", request_id.encode("latin-1")),
+    ]
 
 
-def response_headers(upstream: httpx.Headers) -> dict[str, str]:
-    """Upstream response headers the client may see. The body is re-framed and already decoded
-    by httpx, so length and encoding are the server's business, not the upstream's."""
-    # uvicorn writes its own date and server headers: the upstream's would go out twice.
-    dropped = HOP_BY_HOP | _connection_listed(upstream) | {"content-encoding", "date", "server"}
-    return {name: value for name, value in upstream.items() if name.lower() not in dropped}
+def response_headers(upstream: httpx.Headers, decoded: bool) -> RawHeaders:
+    """Upstream response headers the client may see, each field as its own line (two
+    `Set-Cookie`s stay two). The body is re-framed by the server, so length is the server's
+    business; `Content-Encoding` goes only when the proxy decoded the body (`decoded`)."""
+    raw = upstream.raw
+    # uvicorn writes its own date and server headers, and the proxy its own request id: the
+    # upstream's would go out twice.
+    dropped = HOP_BY_HOP | _connection_listed(raw) | {b"date", b"server", b"x-request-id"}
+    if decoded:
+        dropped = dropped | {b"content-encoding"}
+    return [(name, value) for name, value in raw if name.lower() not in dropped]
 
 
-class UnsafePath(ValueError):
-    """A client path that would climb out of the upstream's base path (`../`)."""
-
-
-def upstream_url(settings: UpstreamSettings, path: str, query: str) -> str:
-    """`path` is relative to the client's `/v1/`; the base URL is fixed by configuration, so no
-    client header or path can send the proxy anywhere else."""
-    if any(segment in (".", "..") for segment in path.replace("\\", "/").split("/")):
-        raise UnsafePath(f"path segments '.' and '..' are not allowed: {path!r}")
-    url = f"{settings.base_url.rstrip('/')}/{path.lstrip('/')}"
-    return f"{url}?{query}" if query else url
+def upstream_url(settings: UpstreamSettings, raw_relative: bytes, raw_query: bytes) -> httpx.URL:
+    """`raw_relative` is the client's path after `/v1/`, as it sent it (checked by
+    `paths.checked_relative`); the base URL is fixed by configuration, so no client header or
+    path can send the proxy anywhere else."""
+    base = httpx.URL(settings.base_url)
+    raw_path = base.raw_path.rstrip(b"/") + b"/" + raw_relative.lstrip(b"/")
+    if raw_query:
+        raw_path += b"?" + raw_query
+    return base.copy_with(raw_path=raw_path)
 
 
 def client_timeout(settings: UpstreamSettings) -> httpx.Timeout:

@@ -32,7 +32,11 @@ def default_repairs(settings: Settings, exchange: Exchange, store: ReceiptStore)
     history: list[Repair] = [HistoryRepair(exchange)] if settings.history.repair else []
     return [
         *history,
-        ToolCallRepair(exchange, emit=settings.tool_calls.emit),
+        ToolCallRepair(
+            exchange,
+            emit=settings.tool_calls.emit,
+            max_buffered_bytes=settings.tool_calls.max_buffered_bytes,
+        ),
         ReusedCallIdRepair(exchange),
         SingleRoleRepair(),
         FinishReasonRepair(),

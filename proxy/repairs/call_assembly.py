@@ -12,6 +12,8 @@ from typing import Any
 
 import orjson
 
+from proxy.limits import LimitExceeded
+
 
 @dataclass(slots=True)
 class ToolCall:
@@ -42,7 +44,9 @@ class ToolCall:
             return False
         return True
 
-    def merge(self, entry: dict[str, Any]) -> None:
+    def merge(self, entry: dict[str, Any]) -> int:
+        """Take one delta entry; return the bytes of arguments it added."""
+        added = 0
         if self.id is None and _nonempty_str(entry.get("id")):
             self.id = entry["id"]
         function = entry.get("function")
@@ -50,21 +54,49 @@ class ToolCall:
             if self.name is None and _nonempty_str(function.get("name")):
                 self.name = function["name"]
             arguments = function.get("arguments")
-            if isinstance(arguments, str):
-                if arguments:
-                    self.fragments.append(arguments)
-            elif isinstance(arguments, dict):
+            if isinstance(arguments, dict):
                 # Some servers send the arguments object itself; the client needs the string.
-                self.fragments.append(orjson.dumps(arguments).decode())
+                arguments = orjson.dumps(arguments).decode()
+            if isinstance(arguments, str) and arguments:
+                self.fragments.append(arguments)
+                added = len(arguments)
         extra = entry.get("extra_content")
         if isinstance(extra, dict):
             self.extra_content = _deep_merge(self.extra_content or {}, extra)
+        return added
+
+
+class CallsTooLarge(LimitExceeded):
+    """The calls being assembled outgrew their budget (`tool_calls.max_buffered_bytes`)."""
+
+    code = "tool_calls_too_large"
+
+
+# What one held fragment costs beyond its characters (the str object, its list slot): an
+# upstream sending a million one-byte fragments must pay for them too.
+FRAGMENT_OVERHEAD = 64
+
+
+class AssemblyBudget:
+    """The bytes of tool-call arguments one exchange may hold while assembling its calls. Each
+    fragment must be held until its call is whole, so without a bound an upstream could grow
+    one call to any size, whatever `max_event_bytes` says of single events."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.used = 0
+
+    def charge(self, size: int) -> None:
+        self.used += size + FRAGMENT_OVERHEAD
+        if self.limit is not None and self.used > self.limit:
+            raise CallsTooLarge(f"the tool calls being assembled exceeded {self.limit} bytes")
 
 
 class CallAssembler:
     """The calls of one choice, built up from delta entries in arrival order."""
 
-    def __init__(self) -> None:
+    def __init__(self, budget: AssemblyBudget | None = None) -> None:
+        self._budget = budget or AssemblyBudget(None)
         self.calls: list[ToolCall] = []
         self._by_id: dict[str, ToolCall] = {}
         self._by_upstream_index: dict[int, ToolCall] = {}
@@ -77,7 +109,7 @@ class CallAssembler:
         touched: list[ToolCall] = []
         for position, entry in enumerate(dicts):
             call = self._match(entry, position if positional else None)
-            call.merge(entry)
+            self._budget.charge(call.merge(entry))
             if isinstance(entry.get("index"), int):
                 call.upstream_indexes.add(entry["index"])
             if call.id is not None and (call is self._opened or call.id not in self._by_id):

@@ -11,7 +11,7 @@ from proxy.exchange import Exchange
 from proxy.ids import generated_call_id
 from proxy.pipeline import Chunk, Repair
 from proxy.repairs.arguments import ArgumentLeakRepair
-from proxy.repairs.call_assembly import CallAssembler, ToolCall
+from proxy.repairs.call_assembly import AssemblyBudget, CallAssembler, ToolCall
 from proxy.repairs.tool_names import unambiguous_tool_name
 
 
@@ -29,8 +29,11 @@ class ToolCallRepair(Repair):
     Recordings: every `gemini_*`, `vertex_*` and `vllm_*` transcript.
     """
 
-    def __init__(self, exchange: Exchange, emit: str = "atomic") -> None:
+    def __init__(
+        self, exchange: Exchange, emit: str = "atomic", max_buffered_bytes: int | None = None
+    ) -> None:
         self._exchange = exchange
+        self._budget = AssemblyBudget(max_buffered_bytes)
         self._incremental = emit == "incremental"
         self._arguments = ArgumentLeakRepair()
         self._choices: dict[int, CallAssembler] = {}
@@ -82,7 +85,7 @@ class ToolCallRepair(Repair):
         if not isinstance(entries, list) or not entries:
             return
         index = choice_index(choice)
-        touched = self._choices.setdefault(index, CallAssembler()).add(entries)
+        touched = self._choices.setdefault(index, CallAssembler(self._budget)).add(entries)
         if self._incremental:
             out = [entry for call in touched if (entry := self._incremental_entry(index, call))]
             if out:
