@@ -76,8 +76,14 @@ class UndecodableBody(LimitExceeded):
     code = "upstream_body_undecodable"
 
 
-async def decoded(raw: AsyncIterator[bytes], decoder: Decoder) -> AsyncIterator[bytes]:
+def decoded(raw: AsyncIterator[bytes], decoder: Decoder) -> AsyncIterator[bytes]:
     """The body decoded, no piece larger than PIECE (or than a raw piece, for identity)."""
+    if isinstance(decoder, _Identity):
+        return raw  # nearly every body: no layer in between
+    return _decoded(raw, decoder)
+
+
+async def _decoded(raw: AsyncIterator[bytes], decoder: Decoder) -> AsyncIterator[bytes]:
     try:
         async for data in raw:
             for piece in decoder.decode(data):

@@ -103,14 +103,16 @@ async def repaired_json(
     return response
 
 
-async def raw_body(upstream: httpx.Response) -> AsyncIterator[bytes]:
+def raw_body(upstream: httpx.Response) -> AsyncIterator[bytes]:
     """The body as the upstream framed it, undecoded. A response that an in-process transport
     built from bytes is already read: its content is the whole body."""
     if upstream.is_stream_consumed:
-        yield upstream.content
-        return
-    async for piece in upstream.aiter_raw():
-        yield piece
+        return _one(upstream.content)
+    return upstream.aiter_raw()
+
+
+async def _one(content: bytes) -> AsyncIterator[bytes]:
+    yield content
 
 
 class _Closing:
