@@ -69,3 +69,14 @@ async def internal_error(request: Request, exc: Exception) -> Response:
     return error_response(
         500, "streamfix failed to handle the request", "server_error", "internal_error"
     )
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own 404 and 405 (no such route, wrong method), in OpenAI's format."""
+    status = getattr(exc, "status_code", 500)
+    codes = {404: "not_found", 405: "method_not_allowed"}
+    response = error_response(
+        status, str(getattr(exc, "detail", "")), "invalid_request_error", codes.get(status, "")
+    )
+    response.headers.update(getattr(exc, "headers", None) or {})  # a 405's Allow
+    return response

@@ -328,3 +328,17 @@ def test_tool_call_fragments_past_the_budget_end_the_stream_with_an_error() -> N
     assert b'"code":"tool_calls_too_large"' in response.content
     assert b"[DONE]" not in response.content
     assert b'"finish_reason"' not in response.content
+
+
+def test_a_double_slash_target_never_names_another_host() -> None:
+    # `//host/...` is a network-path reference: joined naively onto a base URL it would name
+    # another host. Normalised once, it is just a path the proxy does not serve.
+    with raw_upstream(json_reply({"ok": True})) as upstream, proxy_before(upstream.url) as proxy:
+        status, _, body = send_raw(proxy, get_head(b"//evil.example/v1/models"))
+        inside, _, _ = send_raw(proxy, get_head(b"/v1//evil.example/models"))
+    assert status == 404
+    assert orjson.loads(body)["error"]["code"] == "not_found"  # OpenAI's format, not text
+    assert inside == 200
+    assert [request_line(r) for r in upstream.requests] == [
+        b"GET /v1/evil.example/models HTTP/1.1"
+    ]
