@@ -9,7 +9,7 @@ one call. A body in an encoding the proxy does not decode is relayed as received
 from __future__ import annotations
 
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Protocol
 
 from proxy.limits import LimitExceeded
@@ -19,14 +19,16 @@ PIECE = 64 * 1024
 
 
 class Decoder(Protocol):
-    def decode(self, data: bytes) -> list[bytes]: ...
+    def decode(self, data: bytes) -> Iterator[bytes]:
+        """The pieces `data` decodes to, produced one at a time as they are asked for."""
+        ...
 
     def flush(self) -> bytes: ...
 
 
 class _Identity:
-    def decode(self, data: bytes) -> list[bytes]:
-        return [data]
+    def decode(self, data: bytes) -> Iterator[bytes]:
+        yield data
 
     def flush(self) -> bytes:
         return b""
@@ -41,18 +43,20 @@ class _Zlib:
         self._inflate = zlib.decompressobj(32 + zlib.MAX_WBITS)
         self._started = False
 
-    def decode(self, data: bytes) -> list[bytes]:
+    def decode(self, data: bytes) -> Iterator[bytes]:
+        # A generator, not a list: 64 KiB of a bomb inflate to 64 MiB, and the reader must be
+        # able to stop after the first piece past its limit, not after the whole read.
         try:
-            out = [self._inflate.decompress(data, PIECE)]
+            piece = self._inflate.decompress(data, PIECE)
         except zlib.error:
             if not (self._raw_fallback and not self._started):
                 raise
             self._inflate = zlib.decompressobj(-zlib.MAX_WBITS)
-            out = [self._inflate.decompress(data, PIECE)]
+            piece = self._inflate.decompress(data, PIECE)
         self._started = True
+        yield piece
         while self._inflate.unconsumed_tail:
-            out.append(self._inflate.decompress(self._inflate.unconsumed_tail, PIECE))
-        return out
+            yield self._inflate.decompress(self._inflate.unconsumed_tail, PIECE)
 
     def flush(self) -> bytes:
         return self._inflate.flush()
