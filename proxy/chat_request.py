@@ -2,28 +2,55 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
 from starlette.requests import Request
 
 from proxy import json_codec
+from proxy.body_limits import body_limits, body_timed_out
 from proxy.errors import ClientError
 
 
 async def read_body(request: Request, limit: int) -> bytes:
-    """The whole body, refused with 413 as soon as it passes `limit` bytes."""
+    """The whole body, refused with 413 as soon as it passes `limit` bytes, with 408 when the
+    client stalls, and with 503 when the bodies being received would pass their budget (see
+    proxy/body_limits.py). Its bytes count against that budget until this returns or raises."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise _too_large(limit)
+    server, budget = body_limits(request)
+    budget_limit = server.max_buffered_request_bytes
+    if declared and declared.isdigit():
+        budget.check_room(int(declared), budget_limit)  # refused before the client sends it
+    pause = server.body_timeout_seconds
+    loop = asyncio.get_running_loop()
+    whole_by = loop.time() + server.body_total_timeout_seconds
     parts: list[bytes] = []
     size = 0
-    async for part in request.stream():
-        size += len(part)
-        if size > limit:
-            raise _too_large(limit)
-        parts.append(part)
-    return b"".join(parts)
+    held = 0
+    try:
+        # One timer for the whole read, moved on after each piece (a pause is measured from
+        # the last piece) but never past the deadline for the whole body.
+        async with asyncio.timeout_at(min(loop.time() + pause, whole_by)) as timer:
+            async for part in request.stream():
+                if not part:
+                    continue  # Starlette's end marker
+                size += len(part)
+                if size > limit:
+                    raise _too_large(limit)
+                budget.take(len(part), budget_limit)
+                held += len(part)
+                parts.append(part)
+                timer.reschedule(min(loop.time() + pause, whole_by))
+        return b"".join(parts)
+    except TimeoutError:
+        whole = timer.when() == whole_by
+        waited = server.body_total_timeout_seconds if whole else pause
+        raise body_timed_out(waited, whole) from None
+    finally:
+        budget.give_back(held)  # on every exit: the body, an error, a disconnect, a cancel
 
 
 def parse_chat_request(raw: bytes) -> dict[str, Any]:

@@ -78,33 +78,26 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from proxy.app import create_app
     from proxy.logs import configure_logging
+    from proxy.serving import run, uvicorn_config
 
     settings = _settings(args)
     configure_logging(args.log_level, settings.server.log_format)
     server = settings.server
-    options = {
-        "host": server.host,
-        "port": server.port,
-        "log_level": args.log_level,
-        "access_log": False,  # the proxy logs one line per exchange itself
-        "log_config": None,  # keep the handlers configure_logging installed
-        "timeout_graceful_shutdown": server.shutdown_grace_seconds,
-        # X-Forwarded-* never matter here (the upstream is fixed by configuration); parsing
-        # them costs time on every request and widens what a client can influence.
-        "proxy_headers": False,
-    }
     if server.workers > 1:
         os.environ[SETTINGS_ENVIRONMENT] = orjson.dumps(settings.to_dict()).decode()
         os.environ[LOG_LEVEL_ENVIRONMENT] = args.log_level
-        uvicorn.run(
-            "proxy.cli:app_from_environment", factory=True, workers=server.workers, **options
+        config = uvicorn_config(
+            "proxy.cli:app_from_environment",
+            server,
+            args.log_level,
+            factory=True,
+            workers=server.workers,
         )
     else:
-        uvicorn.run(create_app(settings), **options)
+        config = uvicorn_config(create_app(settings), server, args.log_level)
+    run(config)
     return 0
 
 

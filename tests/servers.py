@@ -45,6 +45,17 @@ def serving_in_thread(app: Any, *, startup_timeout: float = 10.0) -> Iterator[Se
     config = uvicorn.Config(
         app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", access_log=False
     )
+    with serving_config_in_thread(config, startup_timeout=startup_timeout) as served:
+        yield served
+
+
+@contextmanager
+def serving_config_in_thread(
+    config: uvicorn.Config, *, startup_timeout: float = 10.0
+) -> Iterator[Served]:
+    """Serve a ready-made Config on its host and port, e.g. `proxy.serving.uvicorn_config`'s,
+    the options and protocol `streamfix serve` runs."""
+    port = config.port
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
     thread.start()
