@@ -50,6 +50,9 @@ class ServerSettings:
     workers: int = 1
     shutdown_grace_seconds: float = 30.0
     """On SIGTERM: stop accepting, let open streams finish for this long, then close them."""
+    trust_env: bool = True
+    """Send upstream traffic through the egress proxies the environment names (HTTPS_PROXY,
+    HTTP_PROXY, ALL_PROXY, NO_PROXY, in either case), as curl and httpx do; false: direct."""
     upstream_client: str = "http1"
     """"http1" (the proxy's own HTTP/1.1 client, on httptools) or "httpx" (httpx's transport)."""
     header_timeout_seconds: float = 10.0
