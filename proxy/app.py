@@ -190,7 +190,9 @@ class Proxy:
             )
 
     def _exchange(self, request: Request, request_id: str, body: dict, route: Route) -> Exchange:
-        tenant = tenant_of(request.headers, self.settings.signatures.tenant_header)
+        # Every credential form the proxy forwards names the tenant, `?key=` included.
+        query = request.scope.get("query_string", b"")
+        tenant = tenant_of(request.headers, self.settings.signatures.tenant_header, query=query)
         return Exchange(
             request_id=request_id,
             request=body,

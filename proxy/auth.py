@@ -6,10 +6,22 @@ from __future__ import annotations
 import hmac
 from collections.abc import Mapping
 
+from proxy.config_values import ConfigError
+
 
 def parse_keys(value: str | None) -> tuple[str, ...]:
-    """`STREAMFIX_API_KEYS`: comma-separated."""
-    return tuple(key.strip() for key in (value or "").split(",") if key.strip())
+    """`STREAMFIX_API_KEYS`: comma-separated. Unset means no keys; set to nothing but commas and
+    blanks (`" , "`, or `""` from a secret that did not expand) is refused, since it would
+    silently switch off the authentication it was meant to switch on."""
+    if value is None:
+        return ()
+    keys = tuple(key.strip() for key in value.split(",") if key.strip())
+    if not keys:
+        raise ConfigError(
+            "STREAMFIX_API_KEYS: set but holds no key (only commas and blanks); give one or "
+            "more comma-separated keys, or unset it to run without the proxy's own keys"
+        )
+    return keys
 
 
 def presented_key(headers: Mapping[str, str]) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import time
 from typing import Any
@@ -12,8 +13,37 @@ import orjson
 # Fields an exchange log line carries in `extra={"exchange": {...}}`.
 EXCHANGE = "exchange"
 
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+# C0 controls, DEL, C1 controls, and the Unicode line and paragraph separators: a client's value
+# (its `model`, say) carrying one could end a text log line and forge the next, or move the
+# cursor and repaint a terminal.
+_CONTROLS = [*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029]
+_CONTROL = re.compile("[" + "".join(re.escape(chr(c)) for c in _CONTROLS) + "]")
+_ESCAPES = {c: f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}" for c in _CONTROLS}
+_ESCAPES |= {ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"}
+_JSON_ESCAPES = {c: f"\\u{c:04x}" for c in _CONTROLS}
+
+
+def escape_controls(text: str) -> str:
+    """`text` with every control character written as an escape (`\\n`, `\\x1b`); text
+    without one comes back as it is."""
+    return text.translate(_ESCAPES) if _CONTROL.search(text) else text
+
+
+class TextFormatter(logging.Formatter):
+    """The human-readable line, one line per record whatever the message holds. Only the
+    message is escaped: a traceback after it keeps its lines."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return escape_controls(super().formatMessage(record))
+
 
 class JsonFormatter(logging.Formatter):
+    """One JSON object per line, every control character escaped."""
+
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
             "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
@@ -25,7 +55,10 @@ class JsonFormatter(logging.Formatter):
         line.update(getattr(record, EXCHANGE, None) or {})
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
-        return orjson.dumps(line, default=str).decode()
+        text = orjson.dumps(line, default=str).decode()
+        # orjson escapes C0 controls only; DEL, C1 and U+2028/9 are valid JSON as they are, but
+        # a terminal or a line splitter may act on them. Outside strings JSON has none of them.
+        return text.translate(_JSON_ESCAPES) if _CONTROL.search(text) else text
 
 
 def configure_logging(level: str = "info", fmt: str = "text") -> None:
@@ -33,7 +66,7 @@ def configure_logging(level: str = "info", fmt: str = "text") -> None:
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        handler.setFormatter(TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

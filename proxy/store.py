@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -20,6 +21,11 @@ from proxy.settings import SignatureSettings
 logger = logging.getLogger(__name__)
 
 Receipt = dict[str, Any]
+
+# What one memory-store entry holds beyond its key and value objects: the (expiry, value, size)
+# tuple, the float, the int, and its share of the OrderedDict (hash slot, order node, spare
+# room). tracemalloc measured 172-210 bytes on CPython 3.11, from 1,000 to 100,000 entries.
+ENTRY_OVERHEAD = 216
 
 
 class ReceiptStore(Protocol):
@@ -52,12 +58,15 @@ class MemoryStore:
         self.ttl_seconds = ttl_seconds
         self.max_total_bytes = max_total_bytes
         self.total_bytes = 0
-        """UTF-8 bytes of keys and values held: reasoning texts make entries very unequal."""
+        """Memory the entries take, as the interpreter holds them (`entry_bytes`): reasoning
+        texts make entries very unequal, so their count alone bounds nothing."""
         self.errors = 0
         self._clock = clock
-        # (expiry, value as compact JSON text, UTF-8 size of key and value): text takes half
-        # the memory of the nested dicts it encodes; the budget counts bytes, not characters.
-        self._entries: OrderedDict[str, tuple[float, str, int]] = OrderedDict()
+        # (expiry, value as compact UTF-8 JSON bytes, what the entry was counted as): bytes take
+        # a fraction of the nested dicts they encode, and never more than their UTF-8 length (a
+        # str with one emoji in it takes four bytes a character, all of them). The count is kept
+        # so a drop takes off exactly what the put added.
+        self._entries: OrderedDict[str, tuple[float, bytes, int]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -85,9 +94,12 @@ class MemoryStore:
         for key, value in items.items():
             if key in self._entries:
                 self._drop(key)
-            encoded = orjson.dumps(value)
-            self._entries[key] = (expires, encoded.decode(), len(key.encode()) + len(encoded))
-            self.total_bytes += self._entries[key][2]
+            # A copy: orjson's own result keeps the buffer it grew while writing, up to ten
+            # times the bytes it holds (sys.getsizeof does not see that spare room).
+            encoded = bytes(memoryview(orjson.dumps(value)))
+            size = entry_bytes(key, encoded)
+            self._entries[key] = (expires, encoded, size)
+            self.total_bytes += size
         budget = self.max_total_bytes
         while len(self._entries) > self.max_entries or (
             budget is not None and self.total_bytes > budget and self._entries
@@ -106,6 +118,11 @@ class MemoryStore:
     async def aclose(self) -> None:
         self._entries.clear()
         self.total_bytes = 0
+
+
+def entry_bytes(key: str, value: bytes) -> int:
+    """The memory one entry takes: its key and value objects as allocated, and the rest."""
+    return sys.getsizeof(key) + sys.getsizeof(value) + ENTRY_OVERHEAD
 
 
 class RedisStore:

@@ -620,7 +620,7 @@ class Stack:
     on_loop: OnLoop
 
     # The memory store has no public way to list its entries or weigh each one: these read its
-    # private map (key -> (expiry, compact JSON value, ...)), on the proxy's loop.
+    # private map (key -> (expiry, compact JSON value as bytes, ...)), on the proxy's loop.
 
     def stored_keys(self) -> list[str]:
         return self.on_loop.run(lambda: list(self.store._entries))
@@ -628,9 +628,7 @@ class Stack:
     def sizes(self) -> list[int]:
         """UTF-8 bytes of each entry's key and value."""
         entries = self.store._entries
-        return self.on_loop.run(
-            lambda: [len(k.encode()) + len(e[1].encode()) for k, e in entries.items()]
-        )
+        return self.on_loop.run(lambda: [len(k.encode()) + len(e[1]) for k, e in entries.items()])
 
     def count(self) -> int:
         return self.on_loop.run(lambda: len(self.store))
@@ -652,7 +650,9 @@ def proxy_in_front_of(answer: Answer, **values: Any) -> Iterator[Stack]:
 
 
 def exchange(url: str, model: str, stream: bool) -> httpx.Response:
-    response = httpx.post(url, json=chat(model, stream=stream), timeout=TIMEOUT)
+    # With a credential: a request without one keeps no receipts at all.
+    headers = {"authorization": f"Bearer {CLIENT_KEY}"}
+    response = httpx.post(url, json=chat(model, stream=stream), headers=headers, timeout=TIMEOUT)
     assert response.status_code == 200, response.text
     return response
 

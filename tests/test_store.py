@@ -7,15 +7,18 @@ once the server is back.
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import time
-from collections.abc import Iterator
+import tracemalloc
+from collections.abc import Awaitable, Callable, Iterator
 
 import orjson
 import pytest
 import redis
 
 from proxy.settings import SignatureSettings
-from proxy.store import MemoryStore, RedisStore, open_store
+from proxy.store import MemoryStore, RedisStore, entry_bytes, open_store
 from tests.redis_server import RedisServer, started_redis_server
 
 # One store call while Redis is down must come back within this (the brief says "~2 s").
@@ -143,6 +146,59 @@ async def test_memory_ping_and_aclose() -> None:
     await store.put_many({"k": receipt("s")})
     await store.aclose()
     assert store.errors == 0
+
+
+def held_by_store(fill: Callable[[MemoryStore], Awaitable[None]], budget: int) -> int:
+    """Bytes a `MemoryStore(max_total_bytes=budget)` holds once `fill` ran, as tracemalloc
+    measures them (the inputs dropped, only what the store keeps)."""
+    tracemalloc.start()
+    try:
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        store = MemoryStore(max_entries=10_000_000, ttl_seconds=60, max_total_bytes=budget)
+        asyncio.run(fill(store))
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert 0 < store.total_bytes <= budget
+    return held
+
+
+def test_memory_budget_holds_in_memory_for_receipts_with_an_emoji() -> None:
+    # A str with one character beyond Latin-1 takes four bytes for every character: 100 KB of
+    # reasoning and one emoji took 400 KB while the budget counted 100 KB (1 MB emoji receipts:
+    # 1,090 MB for a 400 MB budget). Values are kept as UTF-8 bytes, and counted as held.
+    budget = 4_000_000
+
+    async def fill(store: MemoryStore) -> None:
+        for n in range(200):
+            await store.put_many({f"t:u:turn:{n}": {"reasoning_content": "r" * 100_000 + "😀"}})
+
+    held = held_by_store(fill, budget)
+    assert held <= 1.2 * budget, f"{held:,} bytes held for a budget of {budget:,}"
+
+
+def test_memory_budget_holds_in_memory_for_many_small_receipts() -> None:
+    # Counting only the UTF-8 of key and value left out what each entry costs besides (the
+    # objects' headers, the tuple, the dict's slots): 3.5 times the budget in small receipts.
+    budget = 4_000_000
+
+    async def fill(store: MemoryStore) -> None:
+        for n in range(60_000):
+            await store.put_many({f"{'0' * 32}:{'1' * 16}:call:{n:08d}": receipt(f"s{n}")})
+
+    held = held_by_store(fill, budget)
+    assert held <= 1.2 * budget, f"{held:,} bytes held for a budget of {budget:,}"
+
+
+async def test_memory_budget_accounting_returns_to_zero() -> None:
+    store = MemoryStore(max_entries=3, ttl_seconds=60, max_total_bytes=10_000_000)
+    await store.put_many({f"k{i}": receipt("é😀" * i) for i in range(10)})  # evictions
+    await store.put_many({"k9": receipt("replaced")})  # a replacement
+    assert store.total_bytes == sum(entry_bytes(k, v) for k, (_, v, _) in store._entries.items())
+    await store.aclose()
+    assert store.total_bytes == 0
 
 
 async def test_open_store_memory_uses_the_settings() -> None:

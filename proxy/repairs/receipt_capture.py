@@ -1,4 +1,11 @@
-"""Stream side of receipts: building each turn's receipt fields from deltas, by merge rule."""
+"""Stream side of receipts: building each turn's receipt fields from deltas, by merge rule.
+
+Texts grow from many small deltas (DeepSeek sends its reasoning a few characters at a time, tens
+of thousands of pieces for a long answer). Growing a string by `+=` copies it whole every time,
+quadratic in the number of pieces, and it runs on the event loop: 40,000 pieces took seconds
+and stalled every other request. So pieces are collected in lists and joined once, when the
+value is asked for.
+"""
 
 from __future__ import annotations
 
@@ -17,25 +24,36 @@ class FieldBuilder:
     def __init__(self, rule: ReceiptRule) -> None:
         self.rule = rule
         self._value: Any = None
+        # `concat`: the text pieces so far, or None while the value is not text.
+        self._text: list[str] | None = None
         self._pieces: dict[Any, dict[str, Any]] = {}
         self._order: list[Any] = []
+        # `by_index`: (piece key, field) -> text pieces not yet joined into the piece.
+        self._growing: dict[tuple[Any, str], list[str]] = {}
 
     def feed(self, source: dict[str, Any]) -> None:
         value = get_path(source, self.rule.path)
         if value is None:
             return
         if self.rule.merge == "concat" and isinstance(value, str):
-            previous = self._value if isinstance(self._value, str) else ""
-            self._value = previous + value
+            if self._text is None:  # text after nothing or after a non-text value starts anew
+                self._text = []
+            self._text.append(value)
         elif self.rule.merge == "by_index" and isinstance(value, list):
             for piece in value:
                 self._merge_piece(piece)
         else:
+            self._text = None
             self._value = value
 
     def value(self) -> Any:
         if self._order:
+            self._join_pieces()
             return [self._pieces[key] for key in self._order]
+        if self._text is not None:
+            joined = "".join(self._text)
+            self._text = [joined]  # asked again, or fed more: no second join of the same text
+            return joined
         return self._value
 
     def _merge_piece(self, piece: Any) -> None:
@@ -50,7 +68,23 @@ class FieldBuilder:
             return
         entry = self._pieces[key]
         for name, value in piece.items():
-            if name in _TEXT_FIELDS and isinstance(value, str) and isinstance(entry.get(name), str):
-                entry[name] += value
-            else:
-                entry[name] = value
+            self._merge_field(key, entry, name, value)
+
+    def _merge_field(self, key: Any, entry: dict[str, Any], name: str, value: Any) -> None:
+        """Text fields grow (their pieces kept aside until joined); others are replaced."""
+        growing = self._growing.get((key, name))
+        if name in _TEXT_FIELDS and isinstance(value, str):
+            if growing is not None:
+                growing.append(value)
+                return
+            if isinstance(entry.get(name), str):
+                self._growing[(key, name)] = [entry[name], value]
+                return
+        if growing is not None:
+            del self._growing[(key, name)]
+        entry[name] = value
+
+    def _join_pieces(self) -> None:
+        for (key, name), parts in self._growing.items():
+            self._pieces[key][name] = "".join(parts)
+        self._growing.clear()

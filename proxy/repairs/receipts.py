@@ -30,7 +30,10 @@ class ReceiptRepair(Repair):
     counts required receipts still missing, and strips Google metadata from requests to other
     upstreams. It never changes what the client is sent. Store writes are handed to the store
     at the end of the answer and never wait for it: a slow store must not delay `[DONE]`, and
-    a client that hangs up at `[DONE]` must not cancel them.
+    a client that hangs up at `[DONE]` must not cancel them. A request without any
+    credential has no tenant: it gets no receipts and leaves none (counted once,
+    `receipts_skipped_no_credential`), since a shared bucket would hand them to every keyless
+    client.
     Recordings: `gemini_indexless_call_stop`, `gemini_signature_only_delta`,
     `gemini_text_thought_signature`.
     """
@@ -49,6 +52,8 @@ class ReceiptRepair(Repair):
         self._scope = exchange.scope
         self._placeholder_on_miss = placeholder_on_miss
         self._max_value_bytes = max_value_bytes
+        # No tenant (no credential): nothing is looked up, captured or stored for this exchange.
+        self._keeps = self._profile.keeps_receipts and self._scope.keeps_receipts
         self._call_rules = self._profile.rules("call")
         self._message_rules = self._profile.rules("tool_turn") + self._profile.rules("text_turn")
         # Per choice: call ids in order (by stream index), call receipts, text, message fields.
@@ -66,7 +71,9 @@ class ReceiptRepair(Repair):
         self._exchange.count("foreign_metadata_removed", removed)
         if not self._profile.keeps_receipts:
             return removed > 0
-        keys = injection.wanted_keys(messages, self._profile)
+        if not self._keeps:
+            self._exchange.count("receipts_skipped_no_credential")
+        keys = injection.wanted_keys(messages, self._profile) if self._keeps else []
         stored = await self._store.get_many([self._scope.key(k) for k in keys]) if keys else {}
         found = {key: stored[scoped] for key in keys if (scoped := self._scope.key(key)) in stored}
         injected = injection.inject(messages, self._profile, found)
@@ -84,10 +91,10 @@ class ReceiptRepair(Repair):
         return removed + sum(injected.values()) + placeholders > 0
 
     def wants_chunks(self) -> bool:
-        return self._profile.keeps_receipts
+        return self._keeps
 
     def on_chunk(self, chunk: Chunk) -> list[Chunk] | None:
-        if not self._profile.keeps_receipts:
+        if not self._keeps:
             return None  # the chain does not call it then (wants_chunks); direct callers may
         for choice in choices_of(chunk):
             delta = choice.get("delta")
@@ -96,6 +103,8 @@ class ReceiptRepair(Repair):
         return None  # only watches
 
     async def on_end(self) -> list[Chunk]:
+        if not self._keeps:
+            return []
         for call_id, receipt in self._calls.items():
             self._captured[injection.call_key(call_id)] = receipt
         for index in set(self._fields) | set(self._call_ids) | set(self._text):
@@ -109,7 +118,7 @@ class ReceiptRepair(Repair):
         return []
 
     async def on_response(self, body: dict[str, Any]) -> bool:
-        if not self._profile.keeps_receipts:
+        if not self._keeps:
             return False
         for choice in choices_of(body):
             message = choice.get("message")

@@ -257,9 +257,11 @@ def test_tenant_is_a_hash_of_the_credential_never_the_credential() -> None:
     tenant = tenant_of({"authorization": "Bearer sk-secret"})
     assert "sk-secret" not in tenant and len(tenant) == 32
     assert tenant_of({"x-api-key": "k"}) != tenant_of({"x-api-key": "j"})
-    assert tenant_of({"x-team": "a", "authorization": "b"}, "x-team") == tenant_of(
-        {"x-team": "a"}, "x-team"
+    # The tenant header subdivides the credential's tenant, never replaces it.
+    assert tenant_of({"x-team": "a", "authorization": "b"}, "x-team") != tenant_of(
+        {"x-team": "a", "authorization": "c"}, "x-team"
     )
+    assert tenant_of({"x-team": "a"}, "x-team") is None
 
 
 def test_capture_ignores_unsigned_streams() -> None:
