@@ -10,12 +10,13 @@ from contextlib import asynccontextmanager
 
 import httpx
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route as Endpoint
 
 from proxy import json_codec
-from proxy.asgi import StreamfixApp, internal_error
+from proxy.asgi import StreamfixApp, http_error, internal_error
 from proxy.auth import is_allowed, parse_keys
 from proxy.body_decoding import decoder_for
 from proxy.chat_request import model_of, parse_chat_request, read_body
@@ -315,7 +316,7 @@ def create_app(
         proxy.chat_completions,
         routes=endpoints,
         lifespan=proxy.lifespan,
-        exception_handlers={Exception: internal_error},
+        exception_handlers={Exception: internal_error, HTTPException: http_error},
     )
     app.state.proxy = proxy
     return app
