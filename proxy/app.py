@@ -40,6 +40,7 @@ from proxy.upstream import (
     request_headers,
     response_headers,
     upstream_url,
+    without_credential_parameters,
 )
 
 CHAT_PATH = b"chat/completions"
@@ -205,15 +206,19 @@ class Proxy:
     async def _send(
         self, request: Request, route: Route, path: bytes, content: bytes, exchange: Exchange
     ) -> httpx.Response | Response:
+        drop_credential = bool(self.proxy_keys)
         headers = request_headers(
             request.scope["headers"],
             exchange.request_id,
             credential=route.upstream_key,
-            drop_credential=bool(self.proxy_keys),
+            drop_credential=drop_credential,
         )
+        query = request.scope.get("query_string", b"")
+        if route.upstream_key or drop_credential:
+            query = without_credential_parameters(query)
         outgoing = httpx.Request(
             request.method,
-            upstream_url(route.upstream, path, request.scope.get("query_string", b"")),
+            upstream_url(route.upstream, path, query),
             headers=headers,
             content=content,
             extensions={

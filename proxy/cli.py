@@ -11,6 +11,7 @@ from pathlib import Path
 
 import orjson
 
+from proxy.auth import parse_keys
 from proxy.settings import PROFILE_NAMES, ConfigError, Settings
 
 # The parent's effective settings, for worker processes (they cannot receive objects).
@@ -68,6 +69,9 @@ def _settings(args: argparse.Namespace) -> Settings:
         "recording.replay_timing": args.replay_timing,
     }
     settings = Settings.load(args.config, os.environ, flags)
+    # Checked here too, in the parent: with several workers a refusal raised only inside each
+    # worker would not stop start-up with exit 2.
+    parse_keys(os.environ.get("STREAMFIX_API_KEYS"))
     if settings.server.workers > 1 and settings.signatures.store == "memory":
         raise ConfigError(
             "server.workers: the memory signature store is per process, so a follow-up "

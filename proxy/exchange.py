@@ -22,7 +22,8 @@ class Exchange:
     route: str = "default"
     profile: ProviderProfile = PROFILES["generic"]
     """What the upstream of this request needs, decided once, before the stream starts."""
-    scope: ReceiptScope = field(default_factory=lambda: ReceiptScope("anonymous", "none"))
+    scope: ReceiptScope = field(default_factory=lambda: ReceiptScope(None, "none"))
+    """No tenant unless the request showed a credential: no receipts kept or given."""
     started: float = field(default_factory=time.monotonic)
     repairs: Counter[str] = field(default_factory=Counter)
     """Repairs applied and anomalies seen, by kind; summed into metrics and the log line."""

@@ -133,7 +133,9 @@ class SignatureSettings:
     ttl_seconds: float = 86_400.0
     on_missing: str = "placeholder"
     tenant_header: str = ""
-    """A header naming the tenant; empty: the tenant is a hash of the client's credential."""
+    """A header that subdivides a credential's tenant (hash of credential and header value); it
+    never replaces the credential, and must be set by a trusted hop. Empty: the credential's
+    hash alone."""
     max_value_bytes: int = 1_048_576
     """Receipts larger than this are not stored, so no upstream can grow the store without bound
     (reasoning texts are large: DeepSeek's can run to hundreds of kilobytes)."""

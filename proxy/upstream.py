@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from urllib.parse import unquote_plus
 
 import httpx
 
 from proxy.paths import UnsafePath
 from proxy.settings import UpstreamSettings
+from proxy.tenancy import CREDENTIAL_PARAMETERS
 
 __all__ = ["UnsafePath"]
 
@@ -33,7 +35,9 @@ HOP_BY_HOP = frozenset(
         b"content-length",
     }
 )
-CLIENT_CREDENTIALS = frozenset({b"authorization", b"x-api-key"})
+# Every header form of a client credential (tenancy.CREDENTIAL_HEADERS): when a route spends a
+# key of its own, or the proxy's own keys are on, none of them travels upstream beside it.
+CLIENT_CREDENTIALS = frozenset({b"authorization", b"x-api-key", b"x-goog-api-key", b"api-key"})
 
 RawHeaders = list[tuple[bytes, bytes]]
 
@@ -83,6 +87,18 @@ def response_headers(upstream: httpx.Headers, decoded: bool) -> RawHeaders:
     if decoded:
         dropped = dropped | {b"content-encoding"}
     return [(name, value) for name, value in raw if name.lower() not in dropped]
+
+
+def without_credential_parameters(raw_query: bytes) -> bytes:
+    """The query string minus credential parameters (Google's `?key=`), for when the client's
+    credential must not travel upstream."""
+    kept = [
+        field
+        for field in raw_query.split(b"&")
+        if field and unquote_plus(field.partition(b"=")[0].decode("latin-1")).lower()
+        not in CREDENTIAL_PARAMETERS
+    ]
+    return b"&".join(kept)
 
 
 def upstream_url(settings: UpstreamSettings, raw_relative: bytes, raw_query: bytes) -> httpx.URL:

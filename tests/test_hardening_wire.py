@@ -342,3 +342,31 @@ def test_a_double_slash_target_never_names_another_host() -> None:
     assert [request_line(r) for r in upstream.requests] == [
         b"GET /v1/evil.example/models HTTP/1.1"
     ]
+
+
+def test_a_clients_credential_in_any_form_stays_behind_when_the_route_spends_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Before: only Authorization and x-api-key were dropped, so a client's x-goog-api-key,
+    # api-key or ?key= travelled upstream beside the route's own key.
+    monkeypatch.setenv("TEST_ROUTE_KEY", "sk-route")
+    monkeypatch.setenv("STREAMFIX_API_KEYS", "sk-proxy")
+    with (
+        raw_upstream(json_reply({"object": "list", "data": []})) as upstream,
+        proxy_before(upstream.url, **{"upstream.api_key_env": "TEST_ROUTE_KEY"}) as proxy,
+    ):
+        response = httpx.get(
+            f"{proxy}/v1/models?key=client-q&alt=sse&api_key=client-q2",
+            headers={
+                "authorization": "Bearer sk-proxy",
+                "x-goog-api-key": "client-g",
+                "api-key": "client-a",
+            },
+            timeout=TIMEOUT,
+        )
+    assert response.status_code == 200
+    head = upstream.requests[0].head
+    assert request_line(upstream.requests[0]) == b"GET /v1/models?alt=sse HTTP/1.1"
+    assert b"authorization: Bearer sk-route" in header_lines(upstream.requests[0])
+    for secret in (b"client-", b"sk-proxy"):
+        assert secret not in head
