@@ -228,7 +228,7 @@ class Proxy:
         )
         started = time.monotonic()
         try:
-            response = await self._send_once_more_if_stale(outgoing, exchange)
+            response = await self._send_upstream(outgoing, exchange)
             response.request = outgoing
         except httpx.HTTPError as exc:
             status, message, code = describe_failure(exc)
@@ -245,18 +245,21 @@ class Proxy:
         self.metrics.time_to_first_byte.labels(route.name).observe(time.monotonic() - started)
         return response
 
-    async def _send_once_more_if_stale(
-        self, outgoing: httpx.Request, exchange: Exchange
-    ) -> httpx.Response:
-        """A pooled connection the upstream closed while it sat idle fails before any response
-        byte ("Server disconnected without sending a response", or a reset). The upstream did
-        not answer, so the request goes once more, on a fresh connection; any other failure,
-        or a second one, is the client's answer."""
+    async def _send_upstream(self, outgoing: httpx.Request, exchange: Exchange) -> httpx.Response:
+        """The request goes upstream once: the app never sends it again by itself. Only the
+        transport knows whether its connection was reused and whether anything came back, so
+        it decides when a second send provably does no harm (Http1Transport) and says so in the
+        response; httpx's transport never sends twice once a request is written."""
         try:
-            return await self.transport.handle_async_request(outgoing)
-        except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
-            exchange.note("upstream_retried", "no response on a pooled connection: %s", exc)
-            return await self.transport.handle_async_request(outgoing)
+            response = await self.transport.handle_async_request(outgoing)
+        except httpx.RemoteProtocolError as exc:
+            # What the upstream did, in the transport's words (no request header or URL in them).
+            logger.warning("[%s] upstream broke the exchange: %.300s", exchange.request_id, exc)
+            raise
+        retried = response.extensions.get("streamfix.retried")  # proxy.http1.RETRIED
+        if retried:
+            exchange.note("upstream_retried", "%s", retried)
+        return response
 
     @staticmethod
     def _client_headers(upstream: httpx.Response, request_id: str, decoded: bool) -> RawHeaders:

@@ -17,7 +17,17 @@ import httptools
 import httpx
 
 from proxy.happy_eyeballs import open_connection
-from proxy.http1_connection import Connection, Failure
+from proxy.http1_connection import (
+    MAX_FIELDS,
+    MAX_HEAD_BYTES,
+    MAX_LINE_BYTES,
+    Connection,
+    Failure,
+    Limits,
+    TooLarge,
+    Unanswered,
+    WriteCut,
+)
 
 Origin = tuple[str, str, int]
 
@@ -27,20 +37,52 @@ KEEPALIVE_EXPIRY = 4.0
 MAX_IDLE_PER_ORIGIN = 64
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
+# RFC 9110 §9.2.2: what the upstream may receive twice with the same effect as once.
+IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
+IDEMPOTENCY_KEYS = ("idempotency-key", "x-idempotency-key")
+RETRIED = "streamfix.retried"
+"""The response extension that says why the request went upstream twice (absent: once)."""
+
+
+class ResponseTooLarge(httpx.RemoteProtocolError):
+    """The upstream's response head, a chunk-size line or the trailers went past a limit."""
+
+    code = "upstream_response_too_large"
+
+
+class ClosedWithoutResponse(httpx.RemoteProtocolError):
+    """The upstream closed the connection after the request went out, without a byte back."""
+
+    code = "upstream_no_response"
+
+
+class NotRetried(ClosedWithoutResponse):
+    """As ClosedWithoutResponse, on a reused connection, for a request that is not sent twice:
+    it may have reached the upstream, and it is neither idempotent nor keyed."""
+
 
 class Http1Transport(httpx.AsyncBaseTransport):
     """A keep-alive pool per origin: the most recently used idle connection first, each idle one
     closed by its own timer once it has been idle `keepalive_expiry` seconds, or at once when the
-    server closes it. No limit on open connections, as before with httpx's pool."""
+    server closes it. No limit on open connections, as before with httpx's pool.
+
+    A request goes upstream twice only when the first time provably did no harm (the rule of Go's
+    net/http): on a reused connection that ended before a byte of response came back, and only
+    for an idempotent or keyed request. Never on a fresh connection, after a response byte, after
+    a timeout, or when the connection ended while the request was still being written."""
 
     def __init__(
         self,
         keepalive_expiry: float = KEEPALIVE_EXPIRY,
         max_idle_per_origin: int = MAX_IDLE_PER_ORIGIN,
         ssl_context: ssl.SSLContext | None = None,
+        max_head_bytes: int = MAX_HEAD_BYTES,
+        max_fields: int = MAX_FIELDS,
+        max_line_bytes: int = MAX_LINE_BYTES,
     ) -> None:
         self._expiry = keepalive_expiry
         self._max_idle = max_idle_per_origin
+        self._limits = Limits(max_head_bytes, max_fields, max_line_bytes)
         self._idle: dict[Origin, list[Connection]] = {}
         # None: httpx's default context (certifi's roots), built on first https
         self._ssl: ssl.SSLContext | None = ssl_context
@@ -52,12 +94,38 @@ class Http1Transport(httpx.AsyncBaseTransport):
         url = request.url
         origin = (url.scheme, url.host, url.port or DEFAULT_PORTS.get(url.scheme, 80))
         timeouts = request.extensions.get("timeout", {})
-        # Before taking a connection: a refused header must not cost a pooled one, nor a connect.
-        head = _head(request)
-        connection = self._reuse(origin) or await self._connect(origin, timeouts, request)
+        # Before taking a connection: a refused header must not cost a pooled one, nor a connect;
+        # and nothing awaits between the pool's liveness check and the write.
+        data = _head(request) + await request.aread()
+        connection = self._reuse(origin)
+        if connection is None:
+            connection = await self._fresh(origin, timeouts, request)
+            return await self._exchange(connection, data, request, timeouts)
+        try:
+            return await self._exchange(connection, data, request, timeouts)
+        except ClosedWithoutResponse as exc:
+            why = _replayable(request)
+            if why is None:
+                raise NotRetried(_not_retried(request, exc), request=request) from exc
+            retried = (
+                f"the upstream closed a reused connection without a byte of response ({exc}); "
+                f"sent once more on a new connection: {why}"
+            )
+        connection = await self._fresh(origin, timeouts, request)
+        response = await self._exchange(connection, data, request, timeouts)
+        response.extensions[RETRIED] = retried
+        return response
+
+    async def _exchange(
+        self,
+        connection: Connection,
+        data: bytes,
+        request: httpx.Request,
+        timeouts: dict[str, Any],
+    ) -> httpx.Response:
+        """One request on one connection, up to the response head."""
         phase = "write"
         try:
-            data = head + await request.aread()
             await connection.send(data, timeouts.get("write"), request.method == "HEAD")
             phase = "read"
             await connection.response_head(timeouts.get("read"))
@@ -70,7 +138,7 @@ class Http1Transport(httpx.AsyncBaseTransport):
         return httpx.Response(
             connection.status,
             headers=connection.headers,
-            stream=ResponseBody(self, origin, connection, timeouts.get("read"), request),
+            stream=ResponseBody(self, connection.origin, connection, timeouts.get("read"), request),
             extensions={"http_version": connection.http_version},
         )
 
@@ -88,10 +156,17 @@ class Http1Transport(httpx.AsyncBaseTransport):
         while idle:
             connection = idle.pop()
             connection.cancel_expiry()
-            if connection.reusable:
+            if connection.reusable and connection.alive():
                 return connection
-            connection.close()
+            connection.close()  # nothing was sent on it: the next one, or a new one
         return None
+
+    async def _fresh(
+        self, origin: Origin, timeouts: dict[str, Any], request: httpx.Request
+    ) -> Connection:
+        connection = await self._connect(origin, timeouts, request)
+        connection.limits = self._limits
+        return connection
 
     async def _connect(
         self, origin: Origin, timeouts: dict[str, Any], request: httpx.Request
@@ -206,10 +281,35 @@ def _as_httpx(exc: Exception, request: httpx.Request, phase: str) -> Exception:
         kind = {"connect": httpx.ConnectTimeout, "write": httpx.WriteTimeout}
         return kind.get(phase, httpx.ReadTimeout)(f"{phase} timed out", request=request)
     if isinstance(exc, Failure):
-        return httpx.RemoteProtocolError(str(exc), request=request)
+        return _FAILURES.get(type(exc), httpx.RemoteProtocolError)(str(exc), request=request)
     if isinstance(exc, httptools.HttpParserError):
         return httpx.RemoteProtocolError(f"malformed response: {exc}", request=request)
-    # A failed write is not retried (the upstream may have read part of the request);
-    # a failed read before any response byte is, by the app's rule for stale connections.
     kind = {"connect": httpx.ConnectError, "write": httpx.WriteError}.get(phase, httpx.ReadError)
     return kind(f"{type(exc).__name__}: {exc}", request=request)
+
+
+# Only an unanswered request is ever sent again (by handle_async_request); a cut write is a
+# WriteError, which nothing retries.
+_FAILURES: dict[type[Failure], type[httpx.TransportError]] = {
+    Unanswered: ClosedWithoutResponse,
+    WriteCut: httpx.WriteError,
+    TooLarge: ResponseTooLarge,
+}
+
+
+def _replayable(request: httpx.Request) -> str | None:
+    """Why sending `request` twice does no harm, or None (Go's net/http: isReplayable)."""
+    if request.method in IDEMPOTENT:
+        return f"{request.method} is idempotent"
+    for name in IDEMPOTENCY_KEYS:
+        if name in request.headers:
+            return f"it carries {name}"
+    return None
+
+
+def _not_retried(request: httpx.Request, exc: Exception) -> str:
+    return (
+        f"{exc} The upstream closed a reused connection without answering; the {request.method} "
+        "was not sent again because it may have reached the upstream (it is not idempotent and "
+        "carries no Idempotency-Key)"
+    )

@@ -3,21 +3,51 @@
 The parser's callbacks fill in the response head and buffer body pieces; the one task reading the
 response waits on a single future, woken by those callbacks. Reading stops (TCP backpressure)
 while more than HIGH_WATER body bytes wait for a slow reader.
+
+What the upstream sends is bounded before the parser sees it (`Limits`): neither llhttp nor
+httptools limits a head, a chunk-size line or a trailer section, and what is past a limit is
+never parsed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections import deque
 from collections.abc import Callable
-from typing import cast
+from dataclasses import dataclass
+from typing import NoReturn, cast
 
 import httptools
 
 HIGH_WATER = 256 * 1024
 NO_RESPONSE = "Server disconnected without sending a response."
+HEAD_CUT = "the upstream closed the connection in the middle of the response head"
+WRITE_CUT = "the connection closed while the request was being written"
 CUT_SHORT = "peer closed connection without sending complete message body"
 SWITCHED = "the upstream switched protocols, which the proxy does not relay"
+
+# A response head (status line, fields, and any 1xx heads before it) and, separately, a trailer
+# section: Envoy allows ~60 KiB and 100 fields, h11 100 KiB. Unbounded, 5,000 duplicate fields
+# of 1 KB held the event loop 6.8 s and 100 MB of them over 90 s (httpx merges duplicates in
+# quadratic time); one 100 MB field held it 3.6 s at a time (httptools joins a field split over
+# reads by concatenation).
+MAX_HEAD_BYTES = 64 * 1024
+MAX_FIELDS = 100
+# Bytes the parser may take in a row without finishing anything: a chunk-size line with its
+# extensions (llhttp skips those however long), or one trailer field (httptools buffers it whole).
+# Counted per read, so a run is refused at most one socket read (256 KiB) past it.
+MAX_LINE_BYTES = 16 * 1024
+
+# A peek that never blocks, whatever mode the descriptor is in.
+_PEEK = socket.MSG_PEEK | getattr(socket, "MSG_DONTWAIT", 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    head_bytes: int = MAX_HEAD_BYTES
+    fields: int = MAX_FIELDS
+    line_bytes: int = MAX_LINE_BYTES
 
 
 class Failure(Exception):
@@ -25,9 +55,29 @@ class Failure(Exception):
     an HTTP/1.1 response."""
 
 
+class Unanswered(Failure):
+    """The connection ended after the whole request was handed to the kernel and before a single
+    byte of response: the one failure after which the transport may send the request again."""
+
+
+class WriteCut(Failure):
+    """The connection ended while part of the request was still on its way: never sent again,
+    the upstream may hold the rest of it."""
+
+
+class TooLarge(Failure):
+    """The response went past one of the `Limits`; nothing after that point was parsed."""
+
+
+class _Stop(Exception):
+    """Raised out of a parser callback to end the feed at once (the callback noted why)."""
+
+
 class Connection(asyncio.Protocol):
     origin: tuple[str, str, int] = ("", "", 0)
     """Set by the pool, which files idle connections under it."""
+    limits: Limits = Limits()
+    """Set by the pool before the first request."""
 
     def __init__(self, on_closed: Callable[[Connection], None]) -> None:
         self._on_closed = on_closed
@@ -40,6 +90,8 @@ class Connection(asyncio.Protocol):
         self._write_paused = False
         self._reading_paused = False
         self._busy = False
+        self.requests = 0
+        """Requests sent on this connection: more than one before a send means it is reused."""
         self._start(head_only=False)
 
     def _start(self, head_only: bool) -> None:
@@ -55,6 +107,12 @@ class Connection(asyncio.Protocol):
         self._error: Exception | None = None
         self._body: deque[bytes] = deque()
         self._buffered = 0
+        self._written = False  # the whole request reached the kernel
+        self._head_bytes = 0  # every byte of the response counts here until the head ends
+        self._fields = 0
+        self._trailer_bytes = 0
+        self._trailer_fields = 0
+        self._stalled = 0  # body bytes fed since the parser last called back (see _feed)
 
     # ── what the transport and the response body call ────────────────────────
 
@@ -69,15 +127,30 @@ class Connection(asyncio.Protocol):
             and not transport.is_closing()
         )
 
+    def alive(self) -> bool:
+        """Whether an idle connection can carry a request. The loop learns of the server's FIN or
+        RST only when it next polls; a request written in between would be lost, so the socket
+        is asked directly (httpcore checks the same before reusing a pooled connection)."""
+        transport = self._transport
+        if self._closed or transport is None or transport.is_closing():
+            return False
+        sock = transport.get_extra_info("socket")  # for TLS, the TCP socket under it
+        return sock is None or _quiet(sock)
+
     async def send(self, data: bytes, timeout: float | None, head_only: bool = False) -> None:
         transport = self._transport
         if self._closed or transport is None or transport.is_closing():
-            raise Failure(NO_RESPONSE)  # closed while idle: the caller's one retry covers it
+            # Not reached from the pool, which checks alive() just before with no await between.
+            raise Unanswered(NO_RESPONSE)
         self._start(head_only)
         self._busy = True
+        self.requests += 1
         transport.write(data)
         while self._write_paused and not self._closed:
             await self._wait(timeout)
+        # What the transport still buffers may never leave: only an empty buffer proves the
+        # whole request went out (a later loss is then "unanswered", not a cut write).
+        self._written = not self._closed and transport.get_write_buffer_size() == 0
 
     async def response_head(self, timeout: float | None) -> None:
         while not self._head_done:
@@ -147,18 +220,52 @@ class Connection(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
 
     def data_received(self, data: bytes) -> None:
-        if not self._busy:
-            self.close()  # bytes nobody asked for: this connection's framing cannot be trusted
+        if not self._busy or self._complete or self._error is not None:
+            # Bytes nobody asked for, after the response or after a failure: this connection's
+            # framing cannot be trusted, and they are not parsed.
+            self.close()
             return
         try:
-            self._parser.feed_data(data)
+            if self._head_done:
+                self._feed(data)
+            else:
+                self._feed_head(data)
         except httptools.HttpParserUpgrade:
             # A 101 with an Upgrade header: on_headers_complete has already failed the exchange.
             # Raised out of data_received it would be logged as the loop's fatal error.
             self._fail(Failure(SWITCHED))
             self.close()
         except httptools.HttpParserError as exc:
-            self._fail(Failure(f"malformed response from the upstream: {exc}"))
+            if not self._complete:  # else: bytes after a whole response, refused unparsed
+                self._fail(Failure(f"malformed response from the upstream: {exc}"))
+            self.close()
+
+    def _feed_head(self, data: bytes) -> None:
+        """Feeds the parser no more than the head's limit: a head that has not ended there is
+        refused without the rest of it being parsed (or joined by httptools)."""
+        room = self.limits.head_bytes - self._head_bytes
+        if len(data) <= room:
+            self._head_bytes += len(data)
+            self._parser.feed_data(data)
+            return
+        self._head_bytes += room
+        view = memoryview(data)
+        self._parser.feed_data(view[:room])
+        if self._head_done:
+            self._feed(view[room:])
+            return
+        self._fail(TooLarge(f"upstream response head exceeds {self.limits.head_bytes} bytes"))
+        self.close()
+
+    def _feed(self, data: bytes | memoryview) -> None:
+        """Feeds the body. Body bytes, a trailer field and the message's end each reset the count
+        from their callback, so what it keeps is framing fed without any: a chunk-size line (its
+        extensions) or a trailer field that goes on and on."""
+        self._stalled += len(data)
+        self._parser.feed_data(data)
+        if self._stalled and self._stalled > self.limits.line_bytes:
+            limit = self.limits.line_bytes
+            self._fail(TooLarge(f"upstream chunk-size line or trailer field exceeds {limit} bytes"))
             self.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -167,11 +274,23 @@ class Connection(asyncio.Protocol):
         if self._head_done and not self._complete and self._close_delimited and exc is None:
             self._complete = True  # a body without length or chunks ends where the stream ends
         elif not self._complete and self._error is None:
-            reason = CUT_SHORT if self._head_done else NO_RESPONSE
-            self._fail(Failure(reason if exc is None else f"{reason} ({exc})"))
+            self._fail(self._lost(exc))
         self._keep_alive = False
         self._wake()
         self._on_closed(self)
+
+    def _lost(self, exc: Exception | None) -> Failure:
+        """Why the exchange failed, by how far it had got when the connection ended."""
+        kind: type[Failure]
+        if self._head_done:
+            kind, reason = Failure, CUT_SHORT
+        elif self._head_bytes:
+            kind, reason = Failure, HEAD_CUT
+        elif self._written:
+            kind, reason = Unanswered, NO_RESPONSE
+        else:
+            kind, reason = WriteCut, WRITE_CUT
+        return kind(reason if exc is None else f"{reason} ({exc})")
 
     def pause_writing(self) -> None:
         self._write_paused = True
@@ -185,15 +304,40 @@ class Connection(asyncio.Protocol):
             self._error = error
         self._wake()
 
+    def _refuse(self, failure: Failure) -> NoReturn:
+        """Fails the exchange from inside a parser callback and stops the parser there."""
+        self._fail(failure)
+        raise _Stop(str(failure))
+
     # ── httptools callbacks ──────────────────────────────────────────────────
 
     def on_message_begin(self) -> None:
         if self._complete:
             self._keep_alive = False  # a second response to one request: do not reuse
+            raise _Stop("bytes after the response")  # nor parse it
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if not self._complete:
-            self.headers.append((name, value))
+        self._stalled = 0
+        if self._head_done:
+            self._trailer(name, value)
+            return
+        self._fields += 1
+        if self._fields > self.limits.fields:
+            limit = self.limits.fields
+            self._refuse(TooLarge(f"upstream response head has more than {limit} fields"))
+        self.headers.append((name, value))
+
+    def _trailer(self, name: bytes, value: bytes) -> None:
+        """A trailer field, after a chunked body: counted against the limits, then dropped. RFC
+        9110 §6.5.1: trailers must not be merged into the header section, and the proxy relays
+        no trailers (its ASGI response has none)."""
+        self._trailer_fields += 1
+        self._trailer_bytes += len(name) + len(value) + 4  # ": " and CRLF
+        limits = self.limits
+        if self._trailer_fields > limits.fields:
+            self._refuse(TooLarge(f"upstream response trailers exceed {limits.fields} fields"))
+        if self._trailer_bytes > limits.head_bytes:
+            self._refuse(TooLarge(f"upstream response trailers exceed {limits.head_bytes} bytes"))
 
     def on_headers_complete(self) -> None:
         if self._complete:
@@ -202,31 +346,34 @@ class Connection(asyncio.Protocol):
         if 100 <= status < 200 and status != 101:
             self._informational = True  # 100 Continue and the like: the real head follows
             self.headers = []
+            self._fields = 0
             return
         if status == 101:
-            self._fail(Failure(SWITCHED))
-            return
+            self._refuse(Failure(SWITCHED))
         if not 100 <= status <= 599:
             # httptools takes any three digits ("000", "099", "999"); RFC 9110 §15 says to treat
             # them as a server error, and the ASGI server could not send them on anyway.
-            self._fail(Failure(f"malformed response from the upstream: status {status}"))
-            return
+            self._refuse(Failure(f"malformed response from the upstream: status {status}"))
+        framed, bad_coding = _framing(self.headers)
+        if bad_coding is not None:
+            # llhttp reads "chunked, chunked" as chunked and "gzip" as close-delimited; an
+            # upstream that frames its body in a way RFC 9112 §6.1 forbids is not guessed at.
+            self._refuse(
+                Failure(
+                    "malformed response from the upstream: Transfer-Encoding "
+                    f"{bad_coding[:100]!r} (chunked must be the last coding, once)"
+                )
+            )
         self.status = status
         self.http_version = b"HTTP/" + self._parser.get_http_version().encode("ascii")
-        self._close_delimited = (
-            not self._head_only
-            and status not in (204, 304)
-            and not any(
-                name.lower() in (b"content-length", b"transfer-encoding")
-                for name, _ in self.headers
-            )
-        )
+        self._close_delimited = not self._head_only and status not in (204, 304) and not framed
         self._head_done = True
         if self._head_only:
             self._complete = True  # a HEAD answer's length describes a body that never comes
         self._wake()
 
     def on_body(self, body: bytes) -> None:
+        self._stalled = 0
         if self._complete:
             return
         self._body.append(body)
@@ -237,6 +384,7 @@ class Connection(asyncio.Protocol):
         self._wake()
 
     def on_message_complete(self) -> None:
+        self._stalled = 0
         if self._informational:
             self._informational = False
             return
@@ -245,6 +393,43 @@ class Connection(asyncio.Protocol):
         self._complete = True
         self._keep_alive = not self._head_only and self._parser.should_keep_alive()
         self._wake()
+
+
+def _framing(headers: list[tuple[bytes, bytes]]) -> tuple[bool, str | None]:
+    """Whether the head frames its body (Content-Length or Transfer-Encoding), and the
+    Transfer-Encoding it gives when that is not one "chunked", last (RFC 9112 §6.1)."""
+    framed = False
+    codings: list[bytes] | None = None  # None: no Transfer-Encoding field
+    for name, value in headers:
+        lowered = name.lower()
+        if lowered == b"content-length":
+            framed = True
+        elif lowered == b"transfer-encoding":
+            framed = True
+            codings = codings or []
+            codings += (c.strip().lower() for c in value.split(b",") if c.strip())
+    if codings is None or (codings.count(b"chunked") == 1 and codings[-1] == b"chunked"):
+        return framed, None
+    return framed, b", ".join(codings).decode("latin-1")
+
+
+def _quiet(sock: socket.socket) -> bool:
+    """True when the socket has nothing to read and no error: the peer has neither sent anything
+    nor closed. asyncio's and uvloop's transport sockets refuse recv(), so the peek goes through
+    a socket object over the same descriptor, detached before it could close it."""
+    fd = sock.fileno()
+    if fd < 0:
+        return False
+    probe = socket.socket(sock.family, sock.type, 0, fd)
+    try:
+        probe.recv(1, _PEEK)
+    except BlockingIOError:
+        return True  # nothing there: alive
+    except OSError:
+        return False  # reset, or any other error
+    finally:
+        probe.detach()
+    return False  # a byte nobody asked for, or b"": the peer closed
 
 
 def _expire(waiter: asyncio.Future[None]) -> None:

@@ -1,11 +1,15 @@
-"""The live pool: one retry on a connection the upstream closed while idle; sharded pools."""
+"""The live pool: the app sends each request once (when to send twice is the transport's rule,
+tests/test_http1_retries.py) and counts the transport's retries; sharded pools."""
 
 from __future__ import annotations
+
+import logging
 
 import httpx
 import pytest
 
 from proxy.app import create_app
+from proxy.http1 import RETRIED
 from proxy.pool import ShardedTransport
 from proxy.settings import Settings
 from tests.servers import serve_in_thread
@@ -14,18 +18,27 @@ SSE = b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\ndata: [DONE]
 
 
 class FlakyTransport(httpx.AsyncBaseTransport):
-    """Fails the first `failures` sends the way a stale pooled connection does."""
+    """Fails the first `failures` sends the way a connection the upstream dropped does; then
+    answers, saying `retried` in the response's extensions when given."""
 
-    def __init__(self, failures: int, error: type[Exception] = httpx.RemoteProtocolError):
+    def __init__(
+        self,
+        failures: int,
+        error: type[Exception] = httpx.RemoteProtocolError,
+        retried: str | None = None,
+    ):
         self.failures = failures
         self.error = error
+        self.retried = retried
         self.sent = 0
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         self.sent += 1
         if self.sent <= self.failures:
             raise self.error("Server disconnected without sending a response.")
-        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=SSE)
+        extensions = {RETRIED: self.retried} if self.retried else {}
+        headers = {"content-type": "text/event-stream"}
+        return httpx.Response(200, headers=headers, content=SSE, extensions=extensions)
 
 
 def post(url: str) -> httpx.Response:
@@ -34,26 +47,38 @@ def post(url: str) -> httpx.Response:
 
 
 @pytest.mark.parametrize("error", [httpx.RemoteProtocolError, httpx.ReadError])
-def test_a_stale_connection_is_retried_once(error) -> None:
+def test_the_app_sends_once_and_a_failure_is_the_clients_answer(error) -> None:
+    # Before, the app sent the request once more on any RemoteProtocolError or ReadError: also
+    # after the upstream had read it (a reset after reading, a malformed head), so every such
+    # chat POST reached the upstream twice. Only the transport can tell those apart.
     transport = FlakyTransport(failures=1, error=error)
     settings = Settings().with_values({"upstream.base_url": "http://127.0.0.1:9/v1"})
     with serve_in_thread(create_app(settings, transport=transport)) as url:
         response = post(url)
         metrics = httpx.get(f"{url}/metrics").text
-    assert response.status_code == 200
-    assert response.content.endswith(b"data: [DONE]\n\n")
-    assert transport.sent == 2
-    assert 'streamfix_repairs_total{kind="upstream_retried"} 1.0' in metrics
-
-
-def test_a_second_failure_is_the_clients_answer() -> None:
-    transport = FlakyTransport(failures=2)
-    settings = Settings().with_values({"upstream.base_url": "http://127.0.0.1:9/v1"})
-    with serve_in_thread(create_app(settings, transport=transport)) as url:
-        response = post(url)
     assert response.status_code == 502
     assert response.json()["error"]["code"] == "upstream_failed"
-    assert transport.sent == 2
+    assert transport.sent == 1
+    assert 'kind="upstream_retried"' not in metrics
+
+
+def test_a_retry_the_transport_made_is_counted_and_logged(caplog) -> None:
+    # The transport's one retry (a reused connection dropped unanswered, an idempotent
+    # request) is visible: counted as `upstream_retried` and logged with the transport's reason.
+    reason = "the upstream closed a reused connection without a byte of response (test)"
+    transport = FlakyTransport(failures=0, retried=reason)
+    settings = Settings().with_values({"upstream.base_url": "http://127.0.0.1:9/v1"})
+    with (
+        caplog.at_level(logging.WARNING, logger="proxy"),
+        serve_in_thread(create_app(settings, transport=transport)) as url,
+    ):
+        response = post(url)
+        metrics = httpx.get(f"{url}/metrics").text
+    assert response.status_code == 200
+    assert response.content.endswith(b"data: [DONE]\n\n")
+    assert transport.sent == 1
+    assert 'streamfix_repairs_total{kind="upstream_retried"} 1.0' in metrics
+    assert any(reason in record.getMessage() for record in caplog.records)
 
 
 async def test_sharded_transport_spreads_requests_and_closes_every_shard(monkeypatch) -> None:
