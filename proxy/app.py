@@ -23,11 +23,12 @@ from proxy.chat_request import model_of, parse_chat_request, read_body
 from proxy.delivery import relay, repaired_json, repaired_sse
 from proxy.errors import ClientError, error_response
 from proxy.exchange import Exchange
+from proxy.http1 import RETRIED
 from proxy.logs import EXCHANGE
 from proxy.metrics import CONTENT_TYPE, Metrics
 from proxy.paths import UnsafePath, checked_relative
 from proxy.pipeline import RepairChain
-from proxy.pool import live_transport
+from proxy.pool import live_transport, upstream_base_urls
 from proxy.recording import UPSTREAM, upstream_transport
 from proxy.repairs import default_repairs
 from proxy.routing import Route, Router
@@ -69,7 +70,9 @@ class Proxy:
         # The transport itself, not an AsyncClient around it: the proxy needs none of a client's
         # cookies, auth flows, redirects or URL merging, and they cost more than the relay.
         self.transport = (
-            transport or upstream_transport(settings) or live_transport(settings.server)
+            transport
+            or upstream_transport(settings)
+            or live_transport(settings.server, base_urls=upstream_base_urls(settings))
         )
         self.started = False
         self.store: ReceiptStore = open_store(settings.signatures)
@@ -256,7 +259,7 @@ class Proxy:
             # What the upstream did, in the transport's words (no request header or URL in them).
             logger.warning("[%s] upstream broke the exchange: %.300s", exchange.request_id, exc)
             raise
-        retried = response.extensions.get("streamfix.retried")  # proxy.http1.RETRIED
+        retried = response.extensions.get(RETRIED)
         if retried:
             exchange.note("upstream_retried", "%s", retried)
         return response

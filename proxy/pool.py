@@ -12,7 +12,7 @@ import httpx
 
 from proxy.egress import EgressRules, EgressTransport
 from proxy.http1 import KEEPALIVE_EXPIRY, Http1Transport
-from proxy.settings import ServerSettings
+from proxy.settings import ServerSettings, Settings
 
 SHARDS = 16
 KEEPALIVE_PER_SHARD = 16
@@ -81,4 +81,14 @@ def _direct_transport(
 ) -> httpx.AsyncBaseTransport:
     if server.upstream_client == "httpx":
         return ShardedTransport(ssl_context=ssl_context)
-    return Http1Transport(ssl_context=ssl_context)
+    return Http1Transport(
+        ssl_context=ssl_context,
+        max_head_bytes=server.upstream_max_head_bytes,
+        max_fields=server.upstream_max_fields,
+        max_line_bytes=server.upstream_max_line_bytes,
+    )
+
+
+def upstream_base_urls(settings: Settings) -> list[str]:
+    """Every configured upstream, so start-up can say which goes through an egress proxy."""
+    return [settings.upstream.base_url, *(route.base_url for route in settings.routes)]

@@ -26,7 +26,7 @@ from proxy.cassettes import (
     safe_query,
     safe_url,
 )
-from proxy.pool import live_transport
+from proxy.pool import live_transport, upstream_base_urls
 from proxy.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -258,7 +258,7 @@ def upstream_transport(settings: Settings) -> httpx.AsyncBaseTransport | None:
             Path(recording.replay_dir), settings.upstream.base_url, recording.replay_timing
         )
     if recording.record_dir:
-        live = live_transport(settings.server)
+        live = live_transport(settings.server, base_urls=upstream_base_urls(settings))
         secret = frozenset(name.lower() for name in recording.secret_headers)
         return RecordingTransport(
             live, Path(recording.record_dir), settings.upstream.base_url, secret

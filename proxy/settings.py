@@ -55,6 +55,13 @@ class ServerSettings:
     HTTP_PROXY, ALL_PROXY, NO_PROXY, in either case), as curl and httpx do; false: direct."""
     upstream_client: str = "http1"
     """"http1" (the proxy's own HTTP/1.1 client, on httptools) or "httpx" (httpx's transport)."""
+    upstream_max_head_bytes: int = 65_536
+    """Largest upstream response head (status line and fields, 1xx heads included) the own
+    client reads; past it 502 and the connection is dropped (Envoy ~60 KiB, h11 100 KiB)."""
+    upstream_max_fields: int = 100
+    """Most fields in one upstream response head, or in its trailers (Envoy: 100)."""
+    upstream_max_line_bytes: int = 16_384
+    """Longest chunk-size line (with its extensions) or trailer field from an upstream."""
     header_timeout_seconds: float = 10.0
     """A connection's request head must arrive whole within this (else 408 and close)."""
     max_header_bytes: int = 65_536

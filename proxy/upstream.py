@@ -95,7 +95,8 @@ def without_credential_parameters(raw_query: bytes) -> bytes:
     kept = [
         field
         for field in raw_query.split(b"&")
-        if field and unquote_plus(field.partition(b"=")[0].decode("latin-1")).lower()
+        if field
+        and unquote_plus(field.partition(b"=")[0].decode("latin-1")).lower()
         not in CREDENTIAL_PARAMETERS
     ]
     return b"&".join(kept)
@@ -129,4 +130,9 @@ def describe_failure(exc: Exception) -> tuple[int, str, str]:
         return 504, "upstream read timed out", "upstream_timeout"
     if isinstance(exc, httpx.ConnectError):
         return 502, "could not connect to the upstream", "upstream_unreachable"
+    code = getattr(exc, "code", None)
+    if isinstance(code, str):
+        # The own client's failures say what the upstream did (a head past its limit, a close
+        # without an answer and whether the request was sent again) and carry no request data.
+        return 502, str(exc), code
     return 502, f"upstream connection failed: {type(exc).__name__}", "upstream_failed"

@@ -339,9 +339,7 @@ def test_a_double_slash_target_never_names_another_host() -> None:
     assert status == 404
     assert orjson.loads(body)["error"]["code"] == "not_found"  # OpenAI's format, not text
     assert inside == 200
-    assert [request_line(r) for r in upstream.requests] == [
-        b"GET /v1/evil.example/models HTTP/1.1"
-    ]
+    assert [request_line(r) for r in upstream.requests] == [b"GET /v1/evil.example/models HTTP/1.1"]
 
 
 def test_a_clients_credential_in_any_form_stays_behind_when_the_route_spends_its_own(

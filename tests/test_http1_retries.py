@@ -370,7 +370,14 @@ def test_a_chat_post_the_upstream_breaks_reaches_it_once(
     ):
         count, response = send_until_failure(proxy, SHARDS + 1)
         metrics = httpx.get(f"{proxy}/metrics").text
-    assert_openai_error(response, 502, "upstream_failed")
+    # The own client names a close without an answer (and says whether it sent again);
+    # httpx's and a malformed head are a generic failure.
+    closed = client == "http1" and failure.end == "reset"
+    error = assert_openai_error(
+        response, 502, "upstream_no_response" if closed else "upstream_failed"
+    )
+    if closed and connection == "reused":
+        assert "not sent again" in error["message"]
     assert len(upstream.received) == count
     assert upstream.received[-1].number == (0 if connection == "fresh" else 1)
     assert 'kind="upstream_retried"' not in metrics
