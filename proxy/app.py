@@ -19,6 +19,7 @@ from proxy import json_codec
 from proxy.asgi import StreamfixApp, http_error, internal_error
 from proxy.auth import is_allowed, parse_keys
 from proxy.body_decoding import decoder_for
+from proxy.body_limits import BodyBudget
 from proxy.chat_request import model_of, parse_chat_request, read_body
 from proxy.delivery import relay, repaired_json, repaired_sse
 from proxy.errors import ClientError, error_response
@@ -77,6 +78,7 @@ class Proxy:
         self.started = False
         self.store: ReceiptStore = open_store(settings.signatures)
         self.metrics = Metrics()
+        self.body_budget = BodyBudget()  # one app per process: every connection's bodies
 
     @asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -107,7 +109,7 @@ class Proxy:
         request_id = request.headers.get("x-request-id") or new_request_id()
         try:
             self._authorize(request)
-            raw = await read_body(request, self.settings.server.max_request_bytes)
+            raw = await read_body(request, self.settings.server, self.body_budget)
             body = parse_chat_request(raw)
         except ClientError as exc:
             return self._refused(exc, request_id)
@@ -161,7 +163,7 @@ class Proxy:
         request_id = request.headers.get("x-request-id") or new_request_id()
         try:
             self._authorize(request)
-            raw = await read_body(request, self.settings.server.max_request_bytes)
+            raw = await read_body(request, self.settings.server, self.body_budget)
         except ClientError as exc:
             return self._refused(exc, request_id)
         route = self.router.route_for(model_of(raw))

@@ -19,14 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from starlette.requests import Request
 from starlette.responses import Response
 
 from proxy.errors import ClientError
-from proxy.settings import ServerSettings
-
-DEFAULTS = ServerSettings()
-_BUDGET = "streamfix_body_budget"  # the app.state attribute holding the app's BodyBudget
 
 
 class BodyBudget:
@@ -48,24 +43,6 @@ class BodyBudget:
 
     def give_back(self, size: int) -> None:
         self.held -= size
-
-
-def body_limits(request: Request) -> tuple[ServerSettings, BodyBudget]:
-    """The serving app's server settings and its budget (defaults outside the proxy's app)."""
-    app = request.scope.get("app")
-    state = getattr(app, "state", None)
-    if state is None:
-        return DEFAULTS, _ORPHAN_BUDGET
-    proxy = getattr(state, "proxy", None)
-    settings = getattr(getattr(proxy, "settings", None), "server", None) or DEFAULTS
-    budget = getattr(state, _BUDGET, None)
-    if budget is None:  # created on first use: one event loop per app, so no race
-        budget = BodyBudget()
-        setattr(state, _BUDGET, budget)
-    return settings, budget
-
-
-_ORPHAN_BUDGET = BodyBudget()
 
 
 class ClosingClientError(ClientError):

@@ -9,18 +9,20 @@ import orjson
 from starlette.requests import Request
 
 from proxy import json_codec
-from proxy.body_limits import body_limits, body_timed_out
+from proxy.body_limits import BodyBudget, body_timed_out
 from proxy.errors import ClientError
+from proxy.settings import ServerSettings
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The whole body, refused with 413 as soon as it passes `limit` bytes, with 408 when the
-    client stalls, and with 503 when the bodies being received would pass their budget (see
-    proxy/body_limits.py). Its bytes count against that budget until this returns or raises."""
+async def read_body(request: Request, server: ServerSettings, budget: BodyBudget) -> bytes:
+    """The whole body, refused with 413 as soon as it passes `server.max_request_bytes`, with
+    408 when the client stalls, and with 503 when the bodies being received would pass their
+    budget (see proxy/body_limits.py). Its bytes count against `budget` until this returns or
+    raises."""
+    limit = server.max_request_bytes
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise _too_large(limit)
-    server, budget = body_limits(request)
     budget_limit = server.max_buffered_request_bytes
     if declared and declared.isdigit():
         budget.check_room(int(declared), budget_limit)  # refused before the client sends it

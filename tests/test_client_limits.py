@@ -37,7 +37,7 @@ import pytest
 from starlette.requests import ClientDisconnect, Request
 
 from proxy.app import create_app
-from proxy.body_limits import BodyBudget, body_limits
+from proxy.body_limits import BodyBudget
 from proxy.chat_request import read_body
 from proxy.errors import ClientError
 from proxy.serving import uvicorn_config
@@ -80,11 +80,9 @@ def upstream() -> Iterator[tuple[FakeUpstream, str]]:
 
 
 def held(served: Served) -> int:
-    """Bytes the proxy app's body budget counts (its budget is made by the first body read)."""
-    budget: BodyBudget | None = getattr(
-        served.server.config.loaded_app.state, "streamfix_body_budget", None
-    )
-    return budget.held if budget is not None else 0
+    """Bytes the proxy app's body budget counts."""
+    budget: BodyBudget = served.server.config.loaded_app.state.proxy.body_budget
+    return budget.held
 
 
 def connect(served: Served) -> socket.socket:
@@ -351,17 +349,9 @@ def test_past_the_body_budget_503_and_the_budget_is_given_back(upstream: tuple) 
     assert len(fake.requests) == 1
 
 
-class _App:
-    """What `body_limits` reads off a request's app: settings on `state.proxy`."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.state = type("State", (), {})()
-        self.state.proxy = type("Proxy", (), {"settings": settings})()
-
-
-def _request(app: _App, receive: Callable[[], Any], length: int | None = None) -> Request:
+def _request(receive: Callable[[], Any], length: int | None = None) -> Request:
     headers = [(b"content-length", str(length).encode())] if length is not None else []
-    return Request({"type": "http", "app": app, "headers": headers}, receive)
+    return Request({"type": "http", "headers": headers}, receive)
 
 
 @pytest.mark.parametrize("exit_by", ["body", "too_large", "over_budget", "disconnect", "cancel"])
@@ -369,7 +359,6 @@ async def test_the_budget_is_given_back_on_every_exit(exit_by: str) -> None:
     settings = Settings().with_values(
         {"server.max_request_bytes": 1000, "server.max_buffered_request_bytes": 2000}
     )
-    app = _App(settings)
     pieces = {
         "body": [b"a" * 600, b"b" * 300],
         "too_large": [b"a" * 600, b"b" * 600],
@@ -379,8 +368,7 @@ async def test_the_budget_is_given_back_on_every_exit(exit_by: str) -> None:
     }[exit_by]
     # Another body holding 1200 bytes makes the second piece of "over_budget" not fit.
     other = 1200 if exit_by == "over_budget" else 0
-    request = _request(app, lambda: None)
-    _, budget = body_limits(request)
+    budget = BodyBudget()
     budget.take(other, 2000)
     arrived = asyncio.Event()
     gone = asyncio.Event()
@@ -399,7 +387,7 @@ async def test_the_budget_is_given_back_on_every_exit(exit_by: str) -> None:
         await gone.wait()  # "cancel": the client is silent until the task is cancelled
         raise AssertionError("not reached")
 
-    task = asyncio.create_task(read_body(_request(app, receive), 1000))
+    task = asyncio.create_task(read_body(_request(receive), settings.server, budget))
     await asyncio.wait_for(arrived.wait(), WAIT)
     await asyncio.sleep(0)
     if exit_by == "cancel":
