@@ -7,36 +7,18 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
-import trustme
-import uvloop
 
-LOOPS = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
-TEST_TIMEOUT = 10.0  # a whole test
+from tests.loops import LOOPS, client_context, loop_runner, server_context  # noqa: F401
+
 WAIT = 3.0  # any single await that should complete
 TIMEOUTS = {"connect": 3.0, "read": 3.0, "write": 3.0, "pool": 3.0}
-
-
-def loop_runner(loop: str) -> Callable[[Coroutine[Any, Any, Any]], Any]:
-    """What a test module's `run` fixture (parametrized over LOOPS) gives: `run(main())` runs
-    the coroutine on a fresh loop of that kind, and fails the test when the loop reported an
-    error (an exception nobody retrieved, one escaping a callback)."""
-
-    def run(main: Coroutine[Any, Any, Any]) -> Any:
-        reported: list[dict[str, Any]] = []
-        with asyncio.Runner(loop_factory=LOOPS[loop]) as runner:
-            runner.get_loop().set_exception_handler(lambda _, context: reported.append(context))
-            result = runner.run(asyncio.wait_for(main, TEST_TIMEOUT))
-        assert reported == []
-        return result
-
-    return run
 
 
 def get(url: str, **headers: str) -> httpx.Request:
@@ -184,18 +166,6 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 
 
 # ── TLS ──────────────────────────────────────────────────────────────────────
-
-
-def server_context(ca: trustme.CA, *identities: str) -> ssl.SSLContext:
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert(*identities).configure_cert(context)
-    return context
-
-
-def client_context(ca: trustme.CA) -> ssl.SSLContext:
-    context = httpx.create_ssl_context()
-    ca.configure_trust(context)
-    return context
 
 
 # ── addresses that do not answer ─────────────────────────────────────────────

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import base64
 import logging
-from collections.abc import Callable, Coroutine
-from typing import Any
 
 import httpx
 import pytest
@@ -23,21 +21,13 @@ from proxy.http1 import Http1Transport
 from proxy.pool import ShardedTransport, live_transport
 from proxy.settings import ServerSettings, Settings
 from tests.egress_servers import (
-    LOOPS,
     ForwardProxy,
     Upstream,
     client_context,
     fetch,
     get,
-    loop_runner,
     server_context,
 )
-
-
-@pytest.fixture(params=sorted(LOOPS))
-def run(request: pytest.FixtureRequest) -> Callable[[Coroutine[Any, Any, Any]], Any]:
-    return loop_runner(request.param)
-
 
 PROXY = "http://proxy.corp:3128"
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from collections.abc import Callable, Coroutine
 from typing import Any
 
 import httpx
@@ -23,23 +22,15 @@ from proxy import happy_eyeballs
 from proxy.happy_eyeballs import interleave
 from proxy.http1 import Http1Transport
 from tests.egress_servers import (
-    LOOPS,
     TIMEOUTS,
     Upstream,
     blackhole,
     client_context,
     fetch,
     get,
-    loop_runner,
     refused_port,
     server_context,
 )
-
-
-@pytest.fixture(params=sorted(LOOPS))
-def run(request: pytest.FixtureRequest) -> Callable[[Coroutine[Any, Any, Any]], Any]:
-    return loop_runner(request.param)
-
 
 HOST = "upstream.test"  # never resolved by the system: the tests' resolver answers for it
 

@@ -41,7 +41,6 @@ from tests.test_http1_client import (
     get,
     idle_count,
     ok,
-    run,  # noqa: F401 (a fixture)
     server_context,
     until,
 )
@@ -123,7 +122,7 @@ def test_a_status_outside_100_to_599_is_a_502_not_a_dropped_connection(
     assert_openai_error(response, 502, "upstream_failed")
 
 
-def test_the_client_rejects_an_out_of_range_status_and_closes_the_connection(run) -> None:  # noqa: F811
+def test_the_client_rejects_an_out_of_range_status_and_closes_the_connection(run) -> None:
     # The same at the transport: a RemoteProtocolError, and the connection is not pooled.
     async def handler(peer: Peer) -> None:
         await peer.read_request()

@@ -14,7 +14,7 @@ import gzip
 import random
 import socket
 import ssl
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 import httpx
@@ -24,27 +24,11 @@ import uvloop
 
 from proxy.http1 import Http1Transport
 from proxy.http1_connection import CUT_SHORT, HIGH_WATER, NO_RESPONSE, Connection
+from tests.loops import LOOPS, client_context, server_context  # noqa: F401
 
-LOOPS = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
-TEST_TIMEOUT = 10.0  # a whole test, on top of the per-await bounds below
 WAIT = 3.0  # any single await that should complete
 TIMEOUTS = {"connect": 2.0, "read": 2.0, "write": 2.0, "pool": 2.0}
 SOCKET_READ = 256 * 1024  # the most one read takes off a socket (asyncio's and uvloop's buffers)
-
-
-@pytest.fixture(params=sorted(LOOPS))
-def run(request: pytest.FixtureRequest) -> Callable[[Coroutine[Any, Any, Any]], Any]:
-    """`run(main())` runs a test's coroutine to the end on a fresh loop of the parametrized kind."""
-
-    def run(main: Coroutine[Any, Any, Any]) -> Any:
-        reported: list[dict[str, Any]] = []
-        with asyncio.Runner(loop_factory=LOOPS[request.param]) as runner:
-            runner.get_loop().set_exception_handler(lambda _, context: reported.append(context))
-            result = runner.run(asyncio.wait_for(main, TEST_TIMEOUT))
-        assert reported == []
-        return result
-
-    return run
 
 
 # ── scripted servers ─────────────────────────────────────────────────────────
@@ -776,18 +760,6 @@ def test_a_slow_reader_pauses_the_socket_and_still_gets_every_byte(run) -> None:
 @pytest.fixture(scope="module")
 def ca() -> trustme.CA:
     return trustme.CA()
-
-
-def server_context(ca: trustme.CA, *identities: str) -> ssl.SSLContext:
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert(*identities).configure_cert(context)
-    return context
-
-
-def client_context(ca: trustme.CA) -> ssl.SSLContext:
-    context = httpx.create_ssl_context()
-    ca.configure_trust(context)
-    return context
 
 
 def test_tls_request_succeeds_and_its_connection_is_reused(run, ca) -> None:

@@ -30,7 +30,6 @@ from tests.test_http1_client import (
     get,
     pieces,
     pieces_until_error,
-    run,  # noqa: F401 (a fixture)
 )
 
 CHUNKED = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -69,7 +68,7 @@ async def closed(peer: Peer) -> None:
 
 
 @pytest.mark.parametrize("write", [None, 1000], ids=["one-write", "1000-byte-writes"])
-def test_a_head_of_the_limit_is_taken_and_one_byte_more_is_refused(run, write) -> None:  # noqa: F811
+def test_a_head_of_the_limit_is_taken_and_one_byte_more_is_refused(run, write) -> None:
     # Without the count of bytes fed before the head's end, any head is parsed and held: 100 MB
     # of duplicate fields held the event loop over 90 s. The limit counts the status line and
     # every byte up to the blank line, exactly.
@@ -95,7 +94,7 @@ def test_a_head_of_the_limit_is_taken_and_one_byte_more_is_refused(run, write) -
     run(main())
 
 
-def test_a_100_mb_head_is_refused_at_the_limit_and_not_read_further(run) -> None:  # noqa: F811
+def test_a_100_mb_head_is_refused_at_the_limit_and_not_read_further(run) -> None:
     # One field value that never ends. Without the limit httptools joins its pieces (quadratic:
     # the loop held 3.6 s at a time, the request failing after 13.7 s); with it the client
     # parses 64 KiB, closes, and the upstream can write only what the sockets' buffers hold.
@@ -129,7 +128,7 @@ def test_a_100_mb_head_is_refused_at_the_limit_and_not_read_further(run) -> None
     run(main())
 
 
-def test_more_fields_than_the_limit_are_refused(run) -> None:  # noqa: F811
+def test_more_fields_than_the_limit_are_refused(run) -> None:
     # 5,000 duplicate fields of 1 KB held the loop 6.8 s in httpx's header merging; the count
     # stops any such head at its 101st field, whatever its size.
     responses = {
@@ -157,7 +156,7 @@ def test_more_fields_than_the_limit_are_refused(run) -> None:  # noqa: F811
     run(main())
 
 
-def test_the_limits_are_the_transports_to_set(run) -> None:  # noqa: F811
+def test_the_limits_are_the_transports_to_set(run) -> None:
     # The configuration passes its own limits; without them reaching each connection the
     # defaults would hold whatever was configured.
     small = Http1Transport(max_head_bytes=200, max_fields=3, max_line_bytes=100)
@@ -191,7 +190,7 @@ def test_the_limits_are_the_transports_to_set(run) -> None:  # noqa: F811
 # ── chunk-size lines ─────────────────────────────────────────────────────────
 
 
-def test_a_chunk_extension_that_goes_on_is_refused(run) -> None:  # noqa: F811
+def test_a_chunk_extension_that_goes_on_is_refused(run) -> None:
     # llhttp skips chunk extensions without a limit (measured: 100 MB of one in 0.12 s, nothing
     # buffered): an upstream could keep a stream open sending nothing but one, each read
     # waking the loop, until the read timeout. The body ends with an error after the limit.
@@ -214,7 +213,7 @@ def test_a_chunk_extension_that_goes_on_is_refused(run) -> None:  # noqa: F811
     run(main())
 
 
-def test_short_chunk_extensions_pass(run) -> None:  # noqa: F811
+def test_short_chunk_extensions_pass(run) -> None:
     # The limit is for lines that go on, not for extensions a server may legitimately send.
     body = CHUNKED + b"3;name=" + b"v" * 1000 + b"\r\nabc\r\n0\r\n\r\n"
 
@@ -231,7 +230,7 @@ TRAILERS = b"0\r\nX-Trailer: evil\r\nSet-Cookie: session=evil\r\n\r\n"
 
 
 @pytest.mark.parametrize("split", [False, True], ids=["one-write", "trailers-later"])
-def test_trailers_are_dropped_not_merged_into_the_headers(run, split: bool) -> None:  # noqa: F811
+def test_trailers_are_dropped_not_merged_into_the_headers(run, split: bool) -> None:
     # RFC 9110 §6.5.1: trailer fields must not be merged into the header section. Before, every
     # trailer field was appended to the head's list: a response read in one piece handed
     # `Set-Cookie` from the trailers to the client as a header.
@@ -266,7 +265,7 @@ def test_trailers_are_dropped_not_merged_into_the_headers(run, split: bool) -> N
     ],
     ids=["fields", "bytes", "one-long-field"],
 )
-def test_trailers_past_the_limits_are_refused(run, trailers: bytes, message: str) -> None:  # noqa: F811
+def test_trailers_past_the_limits_are_refused(run, trailers: bytes, message: str) -> None:
     # Trailers are dropped, but httptools still parses and buffers them (a field's value whole,
     # joined piece by piece): without limits a trailer section could be as costly as a head.
     async def handler(peer: Peer) -> None:
@@ -300,7 +299,7 @@ def test_trailers_past_the_limits_are_refused(run, trailers: bytes, message: str
     ],
     ids=["chunked-twice", "two-fields", "gzip", "chunked-not-last", "identity"],
 )
-def test_a_transfer_encoding_other_than_one_final_chunked_is_refused(run, coding: bytes) -> None:  # noqa: F811
+def test_a_transfer_encoding_other_than_one_final_chunked_is_refused(run, coding: bytes) -> None:
     # llhttp reads "chunked, chunked" as chunked and a final coding other than chunked as a
     # body until the close; a proxy in front of another parser that reads it otherwise is the
     # stuff of response splitting (RFC 9112 §6.1: chunked once, last).

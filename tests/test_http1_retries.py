@@ -36,7 +36,6 @@ from tests.test_http1_client import (
     fetch_all,
     get,
     pieces,
-    run,  # noqa: F401 (a fixture)
     server_context,
 )
 from tests.test_http1_client import ok as ok_response
@@ -103,7 +102,7 @@ def test_an_idle_connection_the_upstream_closed_is_not_written_to(run, ca, tls: 
 @pytest.mark.parametrize("end", ["close", "reset"])
 @pytest.mark.parametrize("method", ["GET", "HEAD", "OPTIONS", "PUT", "DELETE"])
 def test_an_idempotent_request_a_reused_connection_dropped_unanswered_is_retried_once(
-    run,  # noqa: F811
+    run,
     method: str,
     end: str,
 ) -> None:
@@ -129,7 +128,7 @@ def test_an_idempotent_request_a_reused_connection_dropped_unanswered_is_retried
 
 
 @pytest.mark.parametrize("key", ["Idempotency-Key", "X-Idempotency-Key"])
-def test_a_post_with_an_idempotency_key_is_retried_once(run, key: str) -> None:  # noqa: F811
+def test_a_post_with_an_idempotency_key_is_retried_once(run, key: str) -> None:
     # A keyed POST is the client's promise that the upstream deduplicates it (the IETF draft
     # header, and the X- form some APIs take): Go's net/http replays it too.
     upstream_script = first_ok_then(Answer(end="reset"))
@@ -150,7 +149,7 @@ def test_a_post_with_an_idempotency_key_is_retried_once(run, key: str) -> None: 
 
 
 @pytest.mark.parametrize("end", ["close", "reset"])
-def test_a_post_a_reused_connection_dropped_unanswered_is_not_retried(run, end: str) -> None:  # noqa: F811
+def test_a_post_a_reused_connection_dropped_unanswered_is_not_retried(run, end: str) -> None:
     # The upstream read the POST (it may be generating, and billing, the answer) and then the
     # connection ended. Sent again, every chat request would cost twice; the client gets the
     # failure instead, saying why it was not retried.
@@ -171,7 +170,7 @@ def test_a_post_a_reused_connection_dropped_unanswered_is_not_retried(run, end: 
 
 
 @pytest.mark.parametrize("method", ["GET", "POST"])
-def test_nothing_is_retried_on_a_fresh_connection(run, method: str) -> None:  # noqa: F811
+def test_nothing_is_retried_on_a_fresh_connection(run, method: str) -> None:
     # A new connection the upstream drops unanswered was not a stale keep-alive: the upstream
     # itself fails, and trying again would only double its load.
     async def main() -> None:
@@ -190,7 +189,7 @@ def test_nothing_is_retried_on_a_fresh_connection(run, method: str) -> None:  # 
     [[b"HTTP/1.1 200"], [b"HTTP/1.1 200 OK\r\nContent-Length: nope\r\n\r\n"]],
     ids=["half-a-head", "malformed-head"],
 )
-def test_no_retry_after_a_response_byte(run, pieces_sent: list[bytes]) -> None:  # noqa: F811
+def test_no_retry_after_a_response_byte(run, pieces_sent: list[bytes]) -> None:
     # Whatever came back, the upstream answered: a second send could not be told from a new
     # request by it.
     upstream_script = first_ok_then(Answer(pieces_sent, end="close"))
@@ -207,7 +206,7 @@ def test_no_retry_after_a_response_byte(run, pieces_sent: list[bytes]) -> None: 
     run(main())
 
 
-def test_no_retry_after_a_read_timeout(run) -> None:  # noqa: F811
+def test_no_retry_after_a_read_timeout(run) -> None:
     # A slow upstream is working on the request; sending it again adds load and, for a GET
     # with effects an API should not have, effects.
     upstream_script = first_ok_then(Answer([ok()], wait=1.0))
@@ -223,7 +222,7 @@ def test_no_retry_after_a_read_timeout(run) -> None:  # noqa: F811
     run(main())
 
 
-def test_no_retry_when_the_connection_ends_mid_write(run) -> None:  # noqa: F811
+def test_no_retry_when_the_connection_ends_mid_write(run) -> None:
     # The upstream reset the connection while the PUT's body was still going out: part of it
     # reached the upstream, and the rest is a write error, never a retry.
     async def handler(peer: Peer) -> None:
@@ -268,7 +267,7 @@ def delays_ms(seed: int, count: int) -> list[float]:
     return delays
 
 
-def test_the_keepalive_race_costs_the_client_nothing(run) -> None:  # noqa: F811
+def test_the_keepalive_race_costs_the_client_nothing(run) -> None:
     # Requests 0-100 ms apart against connections closed 50 ms after each answer: about half
     # find their connection gone. Each must succeed and reach the upstream exactly once;
     # before, the app resent on any failure, so a request the upstream had read went twice.
@@ -288,7 +287,7 @@ def test_the_keepalive_race_costs_the_client_nothing(run) -> None:  # noqa: F811
     run(main())
 
 
-def test_the_keepalive_race_at_its_narrowest_costs_an_idempotent_request_nothing(run) -> None:  # noqa: F811
+def test_the_keepalive_race_at_its_narrowest_costs_an_idempotent_request_nothing(run) -> None:
     # Requests 48-52 ms apart, right where the upstream closes: the ones that reach it after it
     # decided to close are retried (a GET), so every one succeeds, and the upstream read each
     # exactly once (it never read the ones it closed on). Without the retry about one in a
