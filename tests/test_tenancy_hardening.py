@@ -41,18 +41,9 @@ from tests.gemini_upstream import (
 )
 from tests.servers import free_port
 from tests.streams import assembled_calls
+from tests.test_isolation import MODEL, TOOLS  # the same two-tenant Gemini flow
 
 TIMEOUT = httpx.Timeout(10.0)
-MODEL = "gemini-3-flash-preview"
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "read_file",
-            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
-        },
-    }
-]
 
 
 # ── tenant_of ────────────────────────────────────────────────────────────────
