@@ -61,7 +61,6 @@ import contextlib
 import ctypes
 import functools
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -75,6 +74,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from processes import proxy_environ, wait_ready
+from processes import stop as stop_proxy
 
 ROOT = Path(__file__).resolve().parents[1]
 MiB = 1024 * 1024
@@ -325,13 +329,6 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def clean_environ(checkout: Path) -> dict[str, str]:
-    """This shell's environment, without STREAMFIX_*, importing `proxy` from `checkout`."""
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("STREAMFIX_")}
-    environ["PYTHONPATH"] = str(checkout)
-    return environ
-
-
 def start_proxy(checkout: Path, upstream_port: int, port: int, log) -> subprocess.Popen:
     command = [
         sys.executable,
@@ -350,35 +347,12 @@ def start_proxy(checkout: Path, upstream_port: int, port: int, log) -> subproces
     return subprocess.Popen(
         command,
         cwd=checkout,  # `-m` puts the working directory first on sys.path
-        env=clean_environ(checkout),
+        env=proxy_environ(checkout),
         stdin=subprocess.DEVNULL,
         stdout=log,
         stderr=subprocess.STDOUT,
         preexec_fn=_die_with_parent,
     )
-
-
-def stop_proxy(process: subprocess.Popen) -> None:
-    if process.poll() is not None:
-        return
-    process.terminate()
-    try:
-        process.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=5)
-
-
-async def wait_ready(client: httpx.AsyncClient, base: str, process: subprocess.Popen) -> None:
-    deadline = time.monotonic() + START_SECONDS
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the proxy exited with {process.returncode} while starting")
-        with contextlib.suppress(httpx.HTTPError):
-            if (await client.get(f"{base}/healthz", timeout=2)).status_code == 200:
-                return
-        await asyncio.sleep(0.1)
-    raise RuntimeError(f"the proxy did not answer /healthz within {START_SECONDS} s")
 
 
 def rss_bytes(pid: int) -> int | None:
@@ -554,7 +528,7 @@ async def exchange(
     case: str, args: argparse.Namespace, process: subprocess.Popen, base: str, row: Row
 ) -> None:
     async with httpx.AsyncClient() as client:
-        await wait_ready(client, base, process)
+        await wait_ready(client, f"{base}/healthz", process, START_SECONDS)
     await asyncio.sleep(0.5)  # let the fresh process settle before taking its idle RSS
     row.idle_rss_mib = (rss_bytes(process.pid) or 0) / MiB
     sampler = RssSampler(process, args.rss_cap_mb * MiB)
@@ -610,7 +584,7 @@ def describe_checkout(checkout: Path) -> dict[str, str]:
     imported = subprocess.run(
         [sys.executable, "-c", "import proxy; print(proxy.__file__)"],
         cwd=checkout,
-        env=clean_environ(checkout),
+        env=proxy_environ(checkout),
         capture_output=True,
         text=True,
         check=False,

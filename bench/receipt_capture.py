@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import os
 import socket
 import subprocess
 import sys
@@ -32,6 +30,10 @@ from typing import Any
 
 import httpx
 import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from processes import proxy_environ, stop, wait_ready
 
 ROOT = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
@@ -100,33 +102,9 @@ def free_port() -> int:
 
 
 def start(command: list[str]) -> subprocess.Popen:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("STREAMFIX_")}
     return subprocess.Popen(
-        command, cwd=ROOT, env=environ, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL
+        command, cwd=ROOT, env=proxy_environ(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL
     )
-
-
-def stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=5)
-
-
-async def wait_ready(url: str, process: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 20
-    async with httpx.AsyncClient() as client:
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise RuntimeError(f"{url}: exited with {process.returncode}")
-            with contextlib.suppress(httpx.HTTPError):
-                if (await client.get(url, timeout=2)).status_code < 500:
-                    return
-            await asyncio.sleep(0.1)
-    raise RuntimeError(f"{url}: not ready after 20 s")
 
 
 # ── the measurement ──────────────────────────────────────────────────────────
@@ -184,8 +162,10 @@ async def measure(args: argparse.Namespace) -> None:
     proxy_command += ["--host", HOST, "--port", str(proxy_port), "--log-level", "warning"]
     proxy = start(proxy_command)
     try:
-        await wait_ready(f"http://{HOST}:{fake_port}/v1/chat/completions", fake)
-        await wait_ready(f"http://{HOST}:{proxy_port}/healthz", proxy)
+        async with httpx.AsyncClient() as client:
+            fake_url = f"http://{HOST}:{fake_port}/v1/chat/completions"
+            await wait_ready(client, fake_url, fake, below_500=True)  # GET: 405
+            await wait_ready(client, f"http://{HOST}:{proxy_port}/healthz", proxy, below_500=True)
         url = f"http://{HOST}:{proxy_port}"
         print(f"proxy from {ROOT}; {args.deltas:,} deltas of {args.piece} characters")
         print(f"{'stream':<20} {'run':>3} {'seconds':>8} {'longest /healthz':>17}")

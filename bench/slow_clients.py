@@ -30,7 +30,6 @@ import argparse
 import asyncio
 import collections
 import contextlib
-import os
 import resource
 import socket
 import subprocess
@@ -38,6 +37,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from processes import proxy_environ, stop
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -98,20 +101,9 @@ def wait_listening(port: int, process: subprocess.Popen, what: str) -> None:
 
 
 def start(command: list[str], cwd: Path) -> subprocess.Popen:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("STREAMFIX_")}
     return subprocess.Popen(
-        command, cwd=cwd, env=environ, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        command, cwd=cwd, env=proxy_environ(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-
-
-def stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
 
 
 def memory_mib(pid: int) -> tuple[float, float]:
@@ -268,9 +260,8 @@ def main() -> None:
         print(f"proxy from {args.root.resolve()} (pid {proxy.pid}) on port {proxy_port}")
         asyncio.run(attack(args, proxy_port, proxy.pid))
     finally:
-        if proxy is not None:
-            stop(proxy)
-        stop(fake)
+        stop(proxy, grace=10)
+        stop(fake, grace=10)
 
 
 if __name__ == "__main__":

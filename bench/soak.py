@@ -53,7 +53,10 @@ from typing import Any
 import httpx
 import orjson
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from processes import proxy_environ, stop, wait_ready
 
 from proxy.conformance import stream_chunks, violations
 
@@ -357,41 +360,16 @@ def _die_with_parent() -> None:
 
 
 def start(command: list[str], log: Path) -> subprocess.Popen:
-    # Only the config file and flags configure the proxy: no STREAMFIX_* from the shell.
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("STREAMFIX_")}
     with log.open("wb") as out:
         return subprocess.Popen(
             command,
             cwd=ROOT,
-            env=environ,
+            env=proxy_environ(),  # only the config file and flags configure the proxy
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
             preexec_fn=_die_with_parent,
         )
-
-
-def stop(process: subprocess.Popen | None) -> None:
-    if process is None or process.poll() is not None:
-        return
-    process.terminate()
-    try:
-        process.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=5)
-
-
-async def wait_ready(client: httpx.AsyncClient, url: str, process: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"{url}: process exited with {process.returncode}")
-        with contextlib.suppress(httpx.HTTPError):
-            if (await client.get(url, timeout=2)).status_code == 200:
-                return
-        await asyncio.sleep(0.1)
-    raise RuntimeError(f"{url}: not ready after 20 s")
 
 
 def proc_status(pid: int) -> dict[str, int]:
