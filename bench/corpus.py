@@ -1,0 +1,675 @@
+"""Every response of a corpus of recorded upstream traffic, read by real clients, direct and
+through the proxy (issue 14, item 7).
+
+    python3 bench/corpus.py CORPUS_DIR [--only SUBSTRING] [--no-vercel] [--no-direct]
+
+CORPUS_DIR holds response bodies (`*.txt`, in `raw/` or at the top), optionally their request
+bodies (`STEM.request.json`, `STEM.turnN.request.json`) and a `manifest.json` giving each
+file's recorded HTTP status and content type (the layout of ../shared/realworld/; a user's own
+captures need only the bodies). A body is served the way it was recorded:
+
+- raw SSE (any line starting `data:`, `event:` or `:`): the bytes unchanged, one event a write;
+- bare chunk lines (one JSON chunk a line, the Vercel AI SDK's fixture format): each line as
+  `data: LINE` plus a blank line, then `data: [DONE]`; a file holding two responses (the chunk
+  `id` changes after a finish) is served as two streams, rows `FILE#1`, `FILE#2`;
+- a JSON body: with its recorded status and content type (a JSON error without a recorded
+  status gets the status its `error.code` names).
+
+Each response is one row; the columns are the clients, each run against a fake upstream that
+serves the body (direct) and against the proxy in front of that fake (proxy):
+
+    wire      the bytes the client got: proxy.conformance's rules (one [DONE], last; one
+              finish per choice; every call delta whole), for SSE only
+    stream    OpenAI Python SDK, `client.chat.completions.stream()`
+    create    OpenAI Python SDK, `create(stream=True)` accumulated by `index` (the usual loop);
+              for a non-streamed body, `create()` and the message
+    ai v1-v3  Vercel AI SDK `@ai-sdk/openai-compatible` 1.x/2.x/3.x `streamText` (through
+              tests/clients/vercel_driver.mjs; `npm ci` in tests/clients if needed)
+    request   (proxy only) each recorded `turnN.request.json` sent in order with one key: the
+              body the fake receives must be JSON-equal to the one sent
+
+A cell is PASS or what differs from what the upstream meant: the calls (names, parsed
+arguments) assembled tolerantly from the recorded chunks, the text, one finish reason
+(`tool_calls` when calls were sent, the upstream's own otherwise, `stop` when it sent none),
+`role` "assistant"; for an error (status >= 400, `event: error`, a top-level `error` chunk), that
+the client reports an error. Not part of the test suite: the corpus is not in the repository.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import httpx  # noqa: E402
+import openai  # noqa: E402
+from starlette.applications import Starlette  # noqa: E402
+from starlette.requests import Request  # noqa: E402
+from starlette.responses import Response  # noqa: E402
+from starlette.routing import Route  # noqa: E402
+
+from proxy.app import create_app  # noqa: E402
+from proxy.conformance import violations  # noqa: E402
+from proxy.settings import Settings  # noqa: E402
+from tests.clients.vercel import SDK_VERSIONS, run_vercel  # noqa: E402
+from tests.fake_upstream import split_events  # noqa: E402
+from tests.servers import serve_in_thread  # noqa: E402
+
+TURN = re.compile(r"^(?P<stem>.+)\.turn(?P<n>\d+)$")
+CLIENTS = ("wire", "stream", "create", *(f"ai {sdk}" for sdk in sorted(SDK_VERSIONS)))
+
+
+# ── the corpus ───────────────────────────────────────────────────────────────
+
+
+@dataclass
+class Recorded:
+    """One response as the fake serves it."""
+
+    row: str
+    kind: str  # "sse" or "json"
+    status: int = 200
+    content_type: str = "text/event-stream"
+    pieces: list[bytes] = field(default_factory=list)  # sse: one write each
+    body: bytes = b""  # json
+    request: dict[str, Any] | None = None  # the recorded request of this response, if any
+
+    @property
+    def sse(self) -> bytes:
+        return b"".join(self.pieces)
+
+
+@dataclass
+class Conversation:
+    """A multi-turn entry: its requests and responses, in recorded order."""
+
+    stem: str
+    turns: list[tuple[dict[str, Any], Recorded]]
+
+
+def manifest_of(corpus: Path) -> dict[str, dict[str, Any]]:
+    path = corpus / "manifest.json"
+    if not path.exists():
+        return {}
+    files: dict[str, dict[str, Any]] = {}
+    for entry in json.loads(path.read_text()):
+        for item in entry.get("files", []):
+            files[Path(item["file"]).name] = item
+    return files
+
+
+def response_files(corpus: Path) -> list[Path]:
+    folder = corpus / "raw" if (corpus / "raw").is_dir() else corpus
+    return sorted(p for p in folder.glob("*.txt") if p.is_file())
+
+
+def request_of(path: Path) -> dict[str, Any] | None:
+    request = path.with_name(path.stem + ".request.json")
+    return json.loads(request.read_text()) if request.exists() else None
+
+
+def is_sse(text: str) -> bool:
+    return any(line.startswith(("data:", "event:", ":")) for line in text.splitlines())
+
+
+def chunk_lines(text: str) -> list[dict[str, Any]] | None:
+    """The chunks of a bare chunk-lines file, or None when it is not one."""
+    chunks = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError:
+            return None
+        if not isinstance(value, dict) or "choices" not in value:
+            return None
+        chunks.append(value)
+    return chunks or None
+
+
+def split_responses(chunks: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Two responses in one file: a new chunk id after a finish starts the second."""
+    parts: list[list[dict[str, Any]]] = [[]]
+    finished = False
+    for chunk in chunks:
+        if finished and parts[-1] and chunk.get("id") != parts[-1][-1].get("id"):
+            parts.append([])
+            finished = False
+        parts[-1].append(chunk)
+        finished |= any(c.get("finish_reason") for c in chunk.get("choices") or ())
+    return parts
+
+
+def load(path: Path, manifest: dict[str, dict[str, Any]]) -> list[Recorded]:
+    text = path.read_text()
+    request = request_of(path)
+    if is_sse(text):
+        return [Recorded(path.stem, "sse", pieces=split_events(path.read_bytes()), request=request)]
+    chunks = chunk_lines(text)
+    if chunks is not None:
+        parts = split_responses(chunks)
+        return [
+            Recorded(
+                path.stem if len(parts) == 1 else f"{path.stem}#{n}",
+                "sse",
+                pieces=[b"data: " + json.dumps(c).encode() + b"\n\n" for c in part]
+                + [b"data: [DONE]\n\n"],
+                request=request,
+            )
+            for n, part in enumerate(parts, 1)
+        ]
+    recorded = manifest.get(path.name, {})
+    content_type = recorded.get("content_type") or ["application/json"]
+    status = recorded.get("status") or error_code(text) or 200
+    return [
+        Recorded(
+            path.stem,
+            "json",
+            status=status,
+            content_type=content_type[0] if isinstance(content_type, list) else content_type,
+            body=path.read_bytes(),
+            request=request,
+        )
+    ]
+
+
+def error_code(text: str) -> int | None:
+    try:
+        body = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    body = body[0] if isinstance(body, list) and body else body
+    code = body.get("error", {}).get("code") if isinstance(body, dict) else None
+    return code if isinstance(code, int) and 400 <= code < 600 else None
+
+
+def conversations(paths: list[Path], responses: dict[str, Recorded]) -> list[Conversation]:
+    turns: dict[str, list[tuple[int, dict[str, Any], Recorded]]] = {}
+    for path in paths:
+        match = TURN.match(path.stem)
+        if match and path.stem in responses and responses[path.stem].request is not None:
+            response = responses[path.stem]
+            assert response.request is not None
+            turns.setdefault(match["stem"], []).append(
+                (int(match["n"]), response.request, response)
+            )
+    return [
+        Conversation(stem, [(req, resp) for _, req, resp in sorted(found, key=lambda t: t[0])])
+        for stem, found in sorted(turns.items())
+        if len(found) > 1
+    ]
+
+
+# ── what the upstream meant ──────────────────────────────────────────────────
+
+
+@dataclass
+class Meant:
+    text: str = ""
+    calls: list[dict[str, Any]] = field(default_factory=list)  # {"name", "arguments"} (parsed)
+    finish: str | None = None
+    error: str | None = None
+    status: int = 200
+
+
+def parse_args(text: str) -> Any:
+    try:
+        return json.loads(text) if text else {}
+    except json.JSONDecodeError:
+        return f"<not JSON: {text!r}>"
+
+
+def sse_chunks(body: bytes) -> tuple[list[dict[str, Any]], str | None]:
+    """Tolerantly: every JSON `data:` line (whatever the event framing), and any error."""
+    chunks, error, event = [], None, None
+    for line in body.decode("utf-8", "replace").splitlines():
+        if line.startswith("event:"):
+            event = line[6:].strip()
+            continue
+        if not line.startswith("data:"):
+            if not line.strip():
+                event = None
+            continue
+        try:
+            value = json.loads(line[5:])
+        except json.JSONDecodeError:
+            continue
+        if isinstance(value, dict) and (event == "error" or "error" in value):
+            error = json.dumps(value.get("error", value))[:80]
+        elif isinstance(value, dict):
+            chunks.append(value)
+    return chunks, error
+
+
+class TolerantCalls:
+    """Calls assembled the forgiving way: by id when one is known, by index when given, a name
+    on an entry opens a call once the latest is complete, anything else continues the latest."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+        self.by_id: dict[str, dict[str, Any]] = {}
+        self.by_index: dict[int, dict[str, Any]] = {}
+
+    def add(self, entries: list[Any]) -> None:
+        for entry in entries:
+            if isinstance(entry, dict):
+                self._merge(self._match(entry), entry)
+
+    def _match(self, entry: dict[str, Any]) -> dict[str, Any]:
+        call_id, index = entry.get("id") or None, entry.get("index")
+        name = (entry.get("function") or {}).get("name") or None
+        if call_id in self.by_id:
+            return self.by_id[call_id]
+        latest = self.calls[-1] if self.calls else None
+        if index in self.by_index and not (call_id and self.by_index[index]["id"]):
+            return self.by_index[index]
+        if latest is None or name or (call_id and latest["id"] != call_id):
+            call = {"id": call_id, "name": None, "arguments": ""}
+            self.calls.append(call)
+            if call_id:
+                self.by_id[call_id] = call
+            if isinstance(index, int):
+                self.by_index[index] = call
+            return call
+        return latest
+
+    @staticmethod
+    def _merge(call: dict[str, Any], entry: dict[str, Any]) -> None:
+        function = entry.get("function") or {}
+        call["name"] = call["name"] or function.get("name") or None
+        arguments = function.get("arguments")
+        if isinstance(arguments, dict):
+            arguments = json.dumps(arguments)
+        call["arguments"] += arguments or ""
+
+    def result(self) -> list[dict[str, Any]]:
+        return [{"name": c["name"], "arguments": parse_args(c["arguments"])} for c in self.calls]
+
+
+def meant(response: Recorded) -> Meant:
+    if response.kind == "json":
+        return meant_json(response)
+    chunks, error = sse_chunks(response.sse)
+    out, calls = Meant(error=error), TolerantCalls()
+    for chunk in chunks:
+        for choice in chunk.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            if isinstance(delta.get("content"), str):
+                out.text += delta["content"]
+            if isinstance(delta.get("tool_calls"), list):
+                calls.add(delta["tool_calls"])
+            out.finish = choice.get("finish_reason") or out.finish
+    out.calls = calls.result()
+    out.finish = "tool_calls" if out.calls else (out.finish or "stop")
+    return out
+
+
+def meant_json(response: Recorded) -> Meant:
+    body = json.loads(response.body)
+    if response.status >= 400:
+        return Meant(error=response.body.decode()[:80], status=response.status)
+    choice = (body.get("choices") or [{}])[0]
+    message = choice.get("message") or {}
+    calls = [
+        {"name": c["function"].get("name"), "arguments": parse_args(c["function"].get("arguments"))}
+        for c in message.get("tool_calls") or []
+    ]
+    finish = "tool_calls" if calls else (choice.get("finish_reason") or "stop")
+    return Meant(text=message.get("content") or "", calls=calls, finish=finish)
+
+
+# ── the fake upstream ────────────────────────────────────────────────────────
+
+
+class Fake:
+    """Serves the response registered under the request's API key (so clients run in parallel);
+    keeps the last request body each key sent."""
+
+    def __init__(self) -> None:
+        self.responses: dict[str, Recorded] = {}
+        self.received: dict[str, Any] = {}
+        self.app = Starlette(routes=[Route("/v1/chat/completions", self.chat, methods=["POST"])])
+
+    async def chat(self, request: Request) -> Any:
+        key = request.headers.get("authorization", "").removeprefix("Bearer ")
+        raw = await request.body()
+        self.received[key] = json.loads(raw) if raw else None
+        response = self.responses.get(key)
+        if response is None:
+            return Response(b'{"error":{"message":"no response for this key"}}', 404)
+        if response.kind == "json":
+            return Response(response.body, response.status, media_type=response.content_type)
+        return _Stream(response.pieces)
+
+
+class _Stream:
+    def __init__(self, pieces: list[bytes]) -> None:
+        self.pieces = pieces
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        for piece in self.pieces:
+            await send({"type": "http.response.body", "body": piece, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+# ── the clients ──────────────────────────────────────────────────────────────
+
+
+def tools_for(response: Recorded, want: Meant) -> list[dict[str, Any]]:
+    """The recorded request's tools; without one, a permissive tool per meant call."""
+    request = response.request or {}
+    if request.get("tools"):
+        return request["tools"]
+    names = sorted({c["name"] for c in want.calls if c["name"]})
+    return [
+        {"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
+        for n in names
+    ]
+
+
+def model_of(response: Recorded) -> str:
+    request = response.request or {}
+    return request.get("model") or response.row.split("__")[0]
+
+
+def openai_client(base_url: str, key: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=30)
+
+
+def got_stream(base_url: str, key: str, response: Recorded, want: Meant) -> dict[str, Any]:
+    kwargs = {"tools": tools_for(response, want)} if tools_for(response, want) else {}
+    with openai_client(base_url, key).chat.completions.stream(
+        model=model_of(response), messages=[{"role": "user", "content": "go"}], **kwargs
+    ) as stream:
+        for _ in stream:
+            pass
+        completion = stream.get_final_completion()
+    choice = completion.choices[0]
+    calls = choice.message.tool_calls or []
+    return {
+        "text": choice.message.content or "",
+        "calls": [
+            {"name": c.function.name, "arguments": parse_args(c.function.arguments)} for c in calls
+        ],
+        "finish": choice.finish_reason,
+        "role": choice.message.role,
+    }
+
+
+def got_create(base_url: str, key: str, response: Recorded, want: Meant) -> dict[str, Any]:
+    client = openai_client(base_url, key)
+    kwargs = {"tools": tools_for(response, want)} if tools_for(response, want) else {}
+    messages = [{"role": "user", "content": "go"}]
+    if response.kind == "json":
+        completion = client.chat.completions.create(
+            model=model_of(response), messages=messages, **kwargs
+        )
+        choice = completion.choices[0]
+        calls = choice.message.tool_calls or []
+        bad = [c.id for c in calls if not c.id or c.type != "function"]
+        return {
+            "text": choice.message.content or "",
+            "calls": [
+                {"name": c.function.name, "arguments": parse_args(c.function.arguments)}
+                for c in calls
+            ],
+            "finish": choice.finish_reason,
+            "role": choice.message.role,
+            **({"call without id/type": bad} if bad else {}),
+        }
+    text, finish, role, by_index = "", None, None, {}
+    with client.chat.completions.create(
+        model=model_of(response), messages=messages, stream=True, **kwargs
+    ) as stream:
+        for chunk in stream:
+            for choice in chunk.choices:
+                if choice.index != 0:
+                    continue
+                delta = choice.delta
+                role = role or delta.role
+                text += delta.content if isinstance(delta.content, str) else ""
+                for tc in delta.tool_calls or []:
+                    call = by_index.setdefault(tc.index, {"name": "", "arguments": ""})
+                    if tc.function and tc.function.name:
+                        call["name"] += tc.function.name
+                    if tc.function and tc.function.arguments:
+                        call["arguments"] += tc.function.arguments
+                finish = choice.finish_reason or finish
+    calls = [
+        {"name": c["name"] or None, "arguments": parse_args(c["arguments"])}
+        for _, c in sorted(by_index.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))
+    ]
+    return {"text": text, "calls": calls, "finish": finish, "role": role}
+
+
+def got_vercel(sdk: str) -> Callable[..., dict[str, Any]]:
+    def run(base_url: str, key: str, response: Recorded, want: Meant) -> dict[str, Any]:
+        tools = [
+            {"name": t["function"]["name"], "parameters": t["function"].get("parameters") or {}}
+            for t in tools_for(response, want)
+        ]
+        result = run_vercel(sdk, base_url, model_of(response), tools, api_key=key)
+        if result["errors"]:
+            return {"error": "; ".join(result["errors"])[:160], "finish": result["finishReason"]}
+        finish = {"tool-calls": "tool_calls", "content-filter": "content_filter"}.get(
+            result["finishReason"], result["finishReason"]
+        )
+        out = {
+            "text": result["text"],
+            "calls": [
+                {"name": c["toolName"], "arguments": c["input"]} for c in result["toolCalls"]
+            ],
+            "finish": finish,
+        }
+        if sdk != "v1":
+            out["raw finish"] = result["rawFinishReason"]
+        return out
+
+    return run
+
+
+def check_wire(base_url: str, key: str, response: Recorded, want: Meant) -> str:
+    if response.kind == "json":
+        return "n/a"
+    body = {
+        "model": model_of(response),
+        "stream": True,
+        "messages": [{"role": "user", "content": "go"}],
+    }
+    got = httpx.post(
+        f"{base_url}/chat/completions",
+        json=body,
+        headers={"authorization": f"Bearer {key}"},
+        timeout=30,
+    ).content
+    problems = violations(got)
+    if want.error:
+        # An error ends the stream: nothing may be invented after it (no finish, no [DONE]).
+        problems = [p for p in problems if "[DONE]" not in p and "finish" not in p]
+        if b"[DONE]" in got.split(b"error", 1)[-1]:
+            problems.append("[DONE] after the error")
+    return "PASS" if not problems else "; ".join(problems)[:160]
+
+
+def expected(want: Meant, column: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"text": want.text, "calls": want.calls, "finish": want.finish}
+    if column in ("stream", "create"):
+        out["role"] = "assistant"
+    if column in ("ai v2", "ai v3"):
+        out["raw finish"] = want.finish
+    return out
+
+
+def verdict(got: dict[str, Any], want: Meant, column: str) -> str:
+    if want.error:
+        if "error" not in got:
+            return f"no error reported (finish {got.get('finish')!r})"
+        if got.get("finish") not in (None, "error"):
+            return f"error reported, but finish {got['finish']!r} after it"
+        return "PASS"
+    if "error" in got:
+        return f"error: {got['error']}"
+    wanted = expected(want, column)
+    diffs = [
+        f"{key}: {_short(got.get(key))} != {_short(value)}"
+        for key, value in wanted.items()
+        if got.get(key) != value
+    ]
+    diffs += [f"{key}: {_short(got[key])}" for key in got if key not in wanted]
+    return "PASS" if not diffs else "; ".join(diffs)
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 70 else text[:67] + "..."
+
+
+def run_client(column: str, base_url: str, key: str, response: Recorded, want: Meant) -> str:
+    if column == "wire":
+        return check_wire(base_url, key, response, want)
+    if response.kind == "json" and response.status < 400 and column != "create":
+        return "n/a"
+    runner = {"stream": got_stream, "create": got_create}.get(column) or got_vercel(column[3:])
+    try:
+        got = runner(base_url, key, response, want)
+    except openai.APIStatusError as exc:
+        got = {"error": f"{exc.status_code} {exc.message}"[:120]}
+    except openai.APIError as exc:
+        got = {"error": f"{type(exc).__name__}: {exc.message}"[:120]}
+    except Exception as exc:  # a client crashing on the stream is a result, not a bug here
+        got = {"error": f"{type(exc).__name__}: {exc}"[:120]}
+    return verdict(got, want, column)
+
+
+# ── the request side ─────────────────────────────────────────────────────────
+
+
+def check_requests(base_url: str, fake: Fake, conversation: Conversation) -> str:
+    key = f"conversation-{conversation.stem}"
+    diffs = []
+    for number, (sent, response) in enumerate(conversation.turns):
+        fake.responses[key] = response
+        httpx.post(
+            f"{base_url}/chat/completions",
+            json=sent,
+            headers={"authorization": f"Bearer {key}"},
+            timeout=30,
+        ).read()
+        if fake.received.get(key) != sent:
+            diffs.append(f"turn{number}: " + "; ".join(json_diff(sent, fake.received.get(key))))
+    return "PASS" if not diffs else " | ".join(diffs)
+
+
+def json_diff(sent: Any, got: Any, path: str = "") -> list[str]:
+    if isinstance(sent, dict) and isinstance(got, dict):
+        out = []
+        for key in sorted(set(sent) | set(got)):
+            if key not in got:
+                out.append(f"{path}.{key} removed")
+            elif key not in sent:
+                out.append(f"{path}.{key} added: {_short(got[key])}")
+            else:
+                out += json_diff(sent[key], got[key], f"{path}.{key}")
+        return out
+    if isinstance(sent, list) and isinstance(got, list) and len(sent) == len(got):
+        return [
+            d
+            for i, (a, b) in enumerate(zip(sent, got, strict=True))
+            for d in json_diff(a, b, f"{path}[{i}]")
+        ]
+    return [] if sent == got else [f"{path or '.'}: {_short(sent)} -> {_short(got)}"]
+
+
+# ── the table ────────────────────────────────────────────────────────────────
+
+
+def run_table(
+    title: str,
+    base_url: str,
+    fake: Fake,
+    responses: list[Recorded],
+    columns: list[str],
+    prefix: str,
+) -> dict[tuple[str, str], str]:
+    cells: dict[tuple[str, str], str] = {}
+    lock = threading.Lock()
+
+    def one(response: Recorded, column: str) -> None:
+        key = f"{prefix}-{column}-{response.row}"
+        with lock:
+            fake.responses[key] = response
+        cells[(response.row, column)] = run_client(column, base_url, key, response, meant(response))
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        for future in [pool.submit(one, r, c) for r in responses for c in columns]:
+            future.result()
+    return cells
+
+
+def render(title: str, rows: list[str], columns: list[str], cells: dict) -> None:
+    print(f"\n## {title}\n")
+    passed = sum(v == "PASS" for v in cells.values())
+    failed = sum(v not in ("PASS", "n/a") for v in cells.values())
+    print("| file | " + " | ".join(columns) + " |")
+    print("|---" * (len(columns) + 1) + "|")
+    for row in rows:
+        values = [cells.get((row, c), "").replace("|", "\\|") for c in columns]
+        print(f"| {row} | " + " | ".join(values) + " |")
+    print(f"\n{passed} PASS, {failed} not right")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("corpus", type=Path)
+    parser.add_argument("--only", default="", help="rows whose file name contains this")
+    parser.add_argument("--no-vercel", action="store_true")
+    parser.add_argument("--no-direct", action="store_true")
+    args = parser.parse_args()
+
+    manifest = manifest_of(args.corpus)
+    paths = [p for p in response_files(args.corpus) if args.only in p.stem]
+    responses = [r for path in paths for r in load(path, manifest)]
+    by_stem = {r.row: r for r in responses}
+    columns = [c for c in CLIENTS if not (args.no_vercel and c.startswith("ai "))]
+    rows = [r.row for r in responses]
+
+    fake = Fake()
+    with serve_in_thread(fake.app) as fake_url:
+        upstream = f"{fake_url}/v1"
+        settings = Settings().with_values({"upstream.base_url": upstream})
+        with serve_in_thread(create_app(settings)) as proxy_url:
+            proxy = f"{proxy_url}/v1"
+            if not args.no_direct:
+                cells = run_table("direct", upstream, fake, responses, columns, "direct")
+                render("direct: client -> fake upstream", rows, columns, cells)
+            cells = run_table("proxy", proxy, fake, responses, columns, "proxy")
+            talks = conversations(paths, by_stem)
+            for conversation in talks:
+                last = conversation.turns[-1][1].row
+                cells[(last, "request")] = check_requests(proxy, fake, conversation)
+            render(
+                "through the proxy: client -> streamfix -> fake upstream",
+                rows,
+                [*columns, "request"] if talks else columns,
+                cells,
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
