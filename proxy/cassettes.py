@@ -12,11 +12,16 @@ import base64
 import hashlib
 import re
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import orjson
+
+from proxy.json_paths import Path as FieldPath
+from proxy.json_paths import get_path, remove_path
+from proxy.profiles import PROFILES
 
 FORMAT = "streamfix-cassette/1"
 
@@ -41,6 +46,40 @@ SECRET_QUERY = frozenset({"key", "api_key", "api-key", "access_token"})
 
 # Request fields left out of the match: clients vary them between runs of the same request.
 VOLATILE_FIELDS = ("user", "metadata", "store", "prompt_cache_key", "safety_identifier")
+
+
+@dataclass(frozen=True)
+class ProxyWrittenFields:
+    """Where, in a request's messages, the receipt repair writes or removes fields depending on
+    what its store holds: the same client request goes upstream with a receipt (the turn was
+    seen), Google's placeholder (a fresh store), without it, or with foreign metadata stripped
+    (an upstream not yet seen issuing it). The match leaves these out, so a cassette replays
+    the same alone, in any order and in parallel workers, each with its own store."""
+
+    on_calls: tuple[FieldPath, ...]
+    """Receipts and placeholders on an assistant message's tool calls."""
+    on_assistant: tuple[FieldPath, ...]
+    """Receipts on the assistant message itself (tool-calling and text turns)."""
+    foreign: tuple[FieldPath, ...]
+    """Metadata stripped from any message and its calls for upstreams that must not get it."""
+
+
+@cache
+def proxy_written_fields() -> ProxyWrittenFields:
+    """Read from the profiles, the single place receipt paths are data, so a provider added
+    there is left out of the match here too."""
+    calls: set[FieldPath] = set()
+    assistant: set[FieldPath] = set()
+    foreign: set[FieldPath] = set()
+    for profile in PROFILES.values():
+        for rule in profile.receipts:
+            (calls if rule.on == "call" else assistant).add(rule.path)
+        if profile.first_call_placeholder is not None:
+            calls.add(profile.first_call_placeholder[0])
+        foreign.update(profile.foreign_metadata)
+    return ProxyWrittenFields(
+        tuple(sorted(calls)), tuple(sorted(assistant)), tuple(sorted(foreign))
+    )
 
 
 @dataclass
@@ -92,7 +131,12 @@ class Cassette:
         return b"".join(chunk.data for chunk in self.chunks)
 
     def key(self) -> str:
+        """What a replayed request must match (receipts the proxy writes left out)."""
         return request_key(self.method, self.path, self.request_body)
+
+    def exact_key(self) -> str:
+        """The same, receipts included: preferred when several cassettes match."""
+        return request_key(self.method, self.path, self.request_body, exact=True)
 
     def to_json(self) -> bytes:
         body = self.body_json
@@ -150,22 +194,57 @@ class Cassette:
         self.file = path
 
 
-def canonical_request(method: str, path: str, body: bytes) -> bytes:
-    """What identifies a request for replay: method, path and body minus volatile fields."""
+def canonical_request(method: str, path: str, body: bytes, exact: bool = False) -> bytes:
+    """What identifies a request for replay: method, path and body minus volatile fields and,
+    unless `exact`, minus the fields the proxy's receipt repair writes (`ProxyWrittenFields`)."""
     try:
         parsed: Any = orjson.loads(body) if body else None
     except orjson.JSONDecodeError:
         parsed = body.decode("utf-8", "replace")
     if isinstance(parsed, dict):
         parsed = {k: v for k, v in parsed.items() if k not in VOLATILE_FIELDS}
+        if not exact:
+            without_proxy_written(parsed.get("messages"))
     return orjson.dumps(
         {"method": method.upper(), "path": path.strip("/"), "body": parsed},
         option=orjson.OPT_SORT_KEYS,
     )
 
 
-def request_key(method: str, path: str, body: bytes) -> str:
-    return hashlib.sha256(canonical_request(method, path, body)).hexdigest()
+def without_proxy_written(messages: Any) -> None:
+    """Remove, in place, every field the receipt repair may have written or stripped, and the
+    objects that leaves empty (the repair creates `extra_content: {"google": …}` to hold a
+    signature). Only there: the same path elsewhere (a user message, the tools) still counts."""
+    if not isinstance(messages, list):
+        return
+    fields = proxy_written_fields()
+    for message in messages:
+        if not isinstance(message, dict):
+            continue
+        calls = message.get("tool_calls")
+        calls = [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
+        assistant = message.get("role") == "assistant"
+        for path in fields.foreign + (fields.on_assistant if assistant else ()):
+            _remove(message, path)
+        for call in calls:
+            for path in fields.foreign + (fields.on_calls if assistant else ()):
+                _remove(call, path)
+
+
+def _remove(target: dict[str, Any], path: FieldPath) -> None:
+    """`path` and the holders it leaves empty, or that were `null` or `{}` to begin with: the
+    repair writes a receipt into those, so a client's empty `extra_content` and none at all
+    must compare alike after it did."""
+    remove_path(target, path)
+    for end in range(len(path) - 1, 0, -1):
+        prefix = path[:end]
+        holder = get_path(target, prefix)
+        if holder is None or holder == {}:
+            remove_path(target, prefix)
+
+
+def request_key(method: str, path: str, body: bytes, exact: bool = False) -> str:
+    return hashlib.sha256(canonical_request(method, path, body, exact)).hexdigest()
 
 
 def safe_headers(headers: Any, secret: frozenset[str] = frozenset()) -> dict[str, str]:

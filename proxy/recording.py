@@ -143,7 +143,14 @@ class _RecordedStream(httpx.AsyncByteStream):
 
 class ReplayTransport(httpx.AsyncBaseTransport):
     """Serves recorded exchanges with no network: a request gets the cassette recorded for the
-    same method, path and body (volatile fields aside), chunk boundaries and all."""
+    same method, path and body (volatile fields aside), chunk boundaries and all.
+
+    The body compared is the one the proxy sends upstream, after its request repairs. All of
+    them but one depend only on the client's request; the receipt repair also depends on its
+    store (what earlier turns taught this process), so the fields it writes are left out of the
+    match (`cassettes.ProxyWrittenFields`): a follow-up turn replays alone, in any order, in
+    parallel workers. Everything the client sent is still compared, and an unmatched request's
+    502 names a field the client can change."""
 
     def __init__(self, cassettes: list[Cassette], base_url: str, timing: bool = False) -> None:
         self._base_url = base_url
@@ -170,15 +177,27 @@ class ReplayTransport(httpx.AsyncBaseTransport):
         matches = self._by_key.get(key)
         if not matches:
             return self._unmatched(request.method, path, body)
-        # The same request again (a client retry) gets the next recording of it, round robin.
-        served = self._served.get(key, 0)
-        self._served[key] = served + 1
-        cassette = matches[served % len(matches)]
+        cassette = self._next(key, matches, request_key(request.method, path, body, exact=True))
         return httpx.Response(
             status_code=cassette.status,
             headers=cassette.response_headers,
             stream=_ReplayedStream(cassette.chunks, self._timing),
         )
+
+    def _next(self, key: str, matches: list[Cassette], exact_key: str) -> Cassette:
+        """One of the cassettes recorded for this request. Those recorded with the very same
+        receipts come first; the others differ only where the proxy's store decided what went
+        upstream, which says nothing about the client. The same request again (a client retry)
+        gets the next recording of it, round robin."""
+        exact = [cassette for cassette in matches if cassette.exact_key() == exact_key]
+        candidates = exact or matches
+        served = self._served.get(key, 0)
+        self._served[key] = served + 1
+        cassette = candidates[served % len(candidates)]
+        if not exact:
+            name = cassette.file.name if cassette.file else "a cassette"
+            logger.debug("replay: %s matched with the proxy's receipt fields set aside", name)
+        return cassette
 
     def _unmatched(self, method: str, path: str, body: bytes) -> httpx.Response:
         wanted = orjson.loads(canonical_request(method, path, body))
@@ -242,11 +261,13 @@ def first_difference(recorded: Any, wanted: Any, path: str = "") -> str | None:
 
 
 def _similarity(a: Any, b: Any) -> int:
-    """How much of two requests agrees: equal fields, and equal leading messages."""
+    """How much of two requests agrees: equal fields, and messages position by position (an
+    equal one counts extra; a differing one still counts its equal fields, so a follow-up with
+    one changed call is nearest to its own recording, not to the shorter turn before it)."""
     if isinstance(a, dict) and isinstance(b, dict):
         return sum(_similarity(a[k], b[k]) for k in set(a) & set(b))
     if isinstance(a, list) and isinstance(b, list):
-        return sum(1 + _similarity(x, y) for x, y in zip(a, b, strict=False) if x == y)
+        return sum((x == y) + _similarity(x, y) for x, y in zip(a, b, strict=False))
     return 1 if a == b else 0
 
 
