@@ -14,8 +14,11 @@ class FinishReasonRepair(Repair):
     without one, and the Vercel AI SDK 3.x then fails with `Response stream ended without a
     finish reason.` This repair rewrites "stop" to "tool_calls" for a choice that sent calls,
     says "stop" when every call was left out, drops repeated finishes, and supplies a missing
-    finish when the upstream ended cleanly.
-    Recordings: `gemini_indexless_call_stop`, `vllm_named_tool_choice_stop`, `openai_no_done`.
+    finish when the upstream ended cleanly. After a choice's finish, a repeated finish and an
+    empty delta (MiniMax's second finish chunk, OpenRouter's usage chunk) are emptied, the
+    chunk kept for its usage.
+    Recordings: `gemini_indexless_call_stop`, `vllm_named_tool_choice_stop`, `openai_no_done`,
+    `minimax_duplicated_finish`, `snowflake_null_tool_calls_no_finish`.
     """
 
     def __init__(self) -> None:
@@ -28,6 +31,9 @@ class FinishReasonRepair(Repair):
         changed = False
         for choice in choices_of(chunk):
             index = choice_index(choice)
+            if index in self._finished:
+                changed |= _quiet_after_finish(choice)
+                continue
             self._seen.add(index)
             delta = choice.get("delta")
             if isinstance(delta, dict) and delta.get("tool_calls"):
@@ -35,10 +41,7 @@ class FinishReasonRepair(Repair):
             reason = choice.get("finish_reason")
             if reason is None:
                 continue
-            if index in self._finished:
-                choice["finish_reason"] = None  # a second finish for the same choice
-                changed = True
-            elif reason == "stop" and index in self._with_calls:
+            if reason == "stop" and index in self._with_calls:
                 choice["finish_reason"] = "tool_calls"
                 changed = True
             elif reason == "tool_calls" and index not in self._with_calls:
@@ -72,3 +75,23 @@ class FinishReasonRepair(Repair):
                 choice["finish_reason"] = "tool_calls"
                 changed = True
         return changed
+
+
+def _quiet_after_finish(choice: dict[str, Any]) -> bool:
+    """A choice already finished: a second finish goes (MiniMax repeats the finish chunk, the
+    second time with usage), and so does a delta that says nothing (`content: ""`, `role`: what
+    OpenRouter and MiniMax put on the usage chunk after the finish). The chunk itself stays, for
+    its usage. Real content after a finish is not ours to drop: it goes on as received."""
+    changed = False
+    if choice.get("finish_reason") is not None:
+        choice["finish_reason"] = None
+        changed = True
+    delta = choice.get("delta")
+    if isinstance(delta, dict) and delta and all(_says_nothing(k, v) for k, v in delta.items()):
+        choice["delta"] = {}
+        changed = True
+    return changed
+
+
+def _says_nothing(key: str, value: Any) -> bool:
+    return key == "role" or value is None or value == "" or value == []

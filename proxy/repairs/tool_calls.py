@@ -12,6 +12,7 @@ from proxy.ids import generated_call_id
 from proxy.pipeline import Chunk, Repair
 from proxy.repairs.arguments import ArgumentLeakRepair
 from proxy.repairs.call_assembly import AssemblyBudget, CallAssembler, ToolCall
+from proxy.repairs.content_parts import ContentPartsRepair
 from proxy.repairs.tool_names import unambiguous_tool_name
 
 
@@ -36,6 +37,7 @@ class ToolCallRepair(Repair):
         self._budget = AssemblyBudget(max_buffered_bytes)
         self._incremental = emit == "incremental"
         self._arguments = ArgumentLeakRepair()
+        self._content = ContentPartsRepair()
         self._choices: dict[int, CallAssembler] = {}
         self._envelope: dict[str, Any] = {}
 
@@ -44,9 +46,12 @@ class ToolCallRepair(Repair):
         changed = False
         for choice in choices_of(chunk):
             delta = choice.get("delta")
-            if isinstance(delta, dict) and "tool_calls" in delta:
-                changed = True
-                self._take_entries(choice, delta)
+            if isinstance(delta, dict):
+                if "tool_calls" in delta:
+                    changed = True
+                    self._take_entries(choice, delta)
+                if type(delta.get("content")) is list:  # Magistral's blocks; rare
+                    changed |= self._content.flatten(delta)
             if choice.get("finish_reason") and self._pending(choice_index(choice)):
                 changed = True
                 self._envelope = envelope(chunk)
