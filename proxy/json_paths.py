@@ -15,8 +15,9 @@ def get_path(obj: Any, path: Path) -> Any:
     return obj
 
 
-def set_path(obj: dict[str, Any], path: Path, value: Any) -> bool:
-    """Set `path` unless something is already there; True when it was set."""
+def set_path(obj: dict[str, Any], path: Path, value: Any, replace: bool = False) -> bool:
+    """Set `path` unless something is already there (or whatever is there, with `replace`);
+    True when it was set."""
     for key in path[:-1]:
         child = obj.get(key)
         if child is None:
@@ -24,7 +25,7 @@ def set_path(obj: dict[str, Any], path: Path, value: Any) -> bool:
         elif not isinstance(child, dict):
             return False
         obj = child
-    if obj.get(path[-1]) not in (None, "", []):
+    if not replace and obj.get(path[-1]) not in (None, "", []):
         return False
     obj[path[-1]] = value
     return True

@@ -1,8 +1,10 @@
 """Provider profiles: what an upstream needs, decided once per request, never in the stream loop.
 
-A profile comes from configuration (`upstream.profile`), else from the base URL's host, else
-from the request's model name (a local server on 127.0.0.1 serving `gemini-…` gets Google's
-rules without extra flags).
+A profile comes from configuration (`upstream.profile`), else from the base URL's host. Any
+other upstream (a local server, a tunnel, a gateway) gets the evidence profile, `generic`: every
+receipt kind any provider issues is captured when it appears on the wire and returned to the same
+upstream and tenant only, with no guess from the model name. What the wire cannot tell (Google's
+placeholder for a signature nobody has) stays with the profiles of known hosts.
 
 A provider's receipts (data it attaches to an assistant turn and needs back unchanged) are data
 here: adding a provider means adding rules, not code.
@@ -51,6 +53,10 @@ class ProviderProfile:
     """Where and what to put for a current-turn step whose first call has no receipt."""
     foreign_metadata: tuple[Path, ...] = ()
     """Fields another provider issued that this upstream must never receive."""
+    foreign_kept_where_issued: bool = False
+    """Keep a foreign field on a call or turn for which this very upstream issued it (the store
+    holds it from its answer): evidence outranks the profile, so a gateway relaying Google keeps
+    Google's signatures. False: foreign fields are always removed."""
 
     def rules(self, on: str) -> tuple[ReceiptRule, ...]:
         return tuple(rule for rule in self.receipts if rule.on == on)
@@ -70,6 +76,26 @@ _GOOGLE = {
     "first_call_placeholder": (SIGNATURE, SKIP_SIGNATURE_VALIDATOR),
 }
 _NOT_GOOGLE = (("extra_content", "google"), ("extra_content", "vertex"))
+
+# Every receipt some provider issues, as the evidence profile looks for them: Google's thought
+# signatures (also as Vertex reports them), OpenRouter's and Vercel's gateway's
+# reasoning_details, and the reasoning_content of tool-calling turns that DeepSeek, Kimi, GLM
+# and Qwen thinking models require back ("thinking is enabled but reasoning_content is
+# missing"). Each is only ever returned to the upstream that issued it.
+_OBSERVED = (
+    ReceiptRule("signatures", SIGNATURE, "call"),
+    ReceiptRule("signatures", VERTEX_SIGNATURE, "call"),
+    ReceiptRule("signatures", SIGNATURE, "text_turn"),
+    ReceiptRule("signatures", VERTEX_SIGNATURE, "text_turn"),
+    ReceiptRule("reasoning_details", ("reasoning_details",), "tool_turn", "by_index"),
+    ReceiptRule("reasoning_details", ("reasoning_details",), "text_turn", "by_index"),
+    ReceiptRule("reasoning_content", ("reasoning_content",), "tool_turn", "concat"),
+)
+_EVIDENCE = {
+    "receipts": _OBSERVED,
+    "foreign_metadata": _NOT_GOOGLE,
+    "foreign_kept_where_issued": True,
+}
 
 PROFILES: dict[str, ProviderProfile] = {
     "gemini": ProviderProfile("gemini", **_GOOGLE),
@@ -94,9 +120,11 @@ PROFILES: dict[str, ProviderProfile] = {
         foreign_metadata=_NOT_GOOGLE,
     ),
     "openai": ProviderProfile("openai", foreign_metadata=_NOT_GOOGLE),
-    "vllm": ProviderProfile("vllm", foreign_metadata=_NOT_GOOGLE),
-    "kimi": ProviderProfile("kimi", foreign_metadata=_NOT_GOOGLE),
-    "generic": ProviderProfile("generic", foreign_metadata=_NOT_GOOGLE),
+    # Upstreams whose receipts are whatever they send: vLLM and Kimi serve thinking models that
+    # need their reasoning_content back; "generic", the evidence profile, is every other one.
+    "vllm": ProviderProfile("vllm", **_EVIDENCE),
+    "kimi": ProviderProfile("kimi", **_EVIDENCE),
+    "generic": ProviderProfile("generic", **_EVIDENCE),
 }
 
 # Host suffix -> profile name.
@@ -109,8 +137,6 @@ _HOSTS = (
     ("api.moonshot.cn", "kimi"),
     ("api.deepseek.com", "deepseek"),
 )
-# Model-name word -> profile name, for hosts that say nothing (a local server, a gateway).
-_MODEL_WORDS = (("gemini", "gemini"), ("deepseek", "deepseek"))
 
 
 def profile_from_base_url(base_url: str) -> str | None:
@@ -121,15 +147,11 @@ def profile_from_base_url(base_url: str) -> str | None:
     return None
 
 
-def profile_for(configured: str, base_url: str, model: object) -> ProviderProfile:
-    """The profile that applies to one request."""
+def profile_for(configured: str, base_url: str, model: object = None) -> ProviderProfile:
+    """The profile that applies to one request: configured, else the host's, else the evidence
+    profile. The model name decides nothing: behind a gateway `gemini-…` may be served by
+    anyone, and a Google upstream may serve a model whose name says nothing."""
     if configured != "auto":
         return PROFILES[configured]
     by_host = profile_from_base_url(base_url)
-    if by_host is not None:
-        return PROFILES[by_host]
-    name = model.lower() if isinstance(model, str) else ""
-    for word, profile in _MODEL_WORDS:
-        if word in name:
-            return PROFILES[profile]
-    return PROFILES["generic"]
+    return PROFILES[by_host] if by_host is not None else PROFILES["generic"]

@@ -148,9 +148,12 @@ def signature_of(holder: Any) -> str | None:
     if not isinstance(holder, dict):
         return None
     extra = holder.get("extra_content")
-    google = extra.get("google") if isinstance(extra, dict) else None
-    value = google.get("thought_signature") if isinstance(google, dict) else None
-    return value if isinstance(value, str) else None
+    for namespace in ("google", "vertex"):  # Vertex's endpoint is reported to use its own
+        issued = extra.get(namespace) if isinstance(extra, dict) else None
+        value = issued.get("thought_signature") if isinstance(issued, dict) else None
+        if isinstance(value, str):
+            return value
+    return None
 
 
 def has_real_text(message: dict[str, Any]) -> bool:
@@ -210,12 +213,16 @@ class GeminiUpstream:
     parallel_in_one_chunk: stream a parallel batch as several entries of one chunk instead of
         one chunk per call (Gemini does both).
     seed: seeds the id generator.
+    namespace: "google" (the compat endpoint) or "vertex" (a Vertex-shaped upstream).
     """
 
     script: list[Step] = field(default_factory=lambda: list(THREE_STEPS))
     fixed_ids: Callable[[int, int], str] | None = None
     parallel_in_one_chunk: bool = False
     seed: int = 0
+    namespace: str = "google"
+    """Under `extra_content.<namespace>` the signatures go out: "vertex" plays a Vertex-shaped
+    upstream."""
     requests: list[RecordedRequest] = field(default_factory=list)
     issued: dict[str, str] = field(default_factory=dict)
     """call id -> the signature issued with it (the latest, if an id was issued twice)."""
@@ -350,7 +357,7 @@ class GeminiUpstream:
                 "type": "function",
             }
             if position == 0:
-                entry = {"extra_content": {"google": {"thought_signature": signature}}, **entry}
+                entry = {"extra_content": {self.namespace: {"thought_signature": signature}}, **entry}
                 self.issued[call_id] = signature
                 self.issued_log.append(Issued(tenant, call_id, signature, k))
             calls.append(entry)
@@ -392,7 +399,7 @@ class GeminiUpstream:
                 chunks.append({"choices": [{"delta": delta, "index": 0}], **envelope})
             delta = {
                 "content": None,
-                "extra_content": {"google": {"thought_signature": signature}},
+                "extra_content": {self.namespace: {"thought_signature": signature}},
             }
             last = {"delta": delta, "finish_reason": "stop", "index": 0}
             chunks.append({"choices": [last], **envelope, "usage": usage})
@@ -406,7 +413,7 @@ class GeminiUpstream:
         else:
             signature = self._issue_text(tenant, k, step)
             message["content"] = step.text
-            message["extra_content"] = {"google": {"thought_signature": signature}}
+            message["extra_content"] = {self.namespace: {"thought_signature": signature}}
             finish = "stop"
         return {
             "choices": [{"finish_reason": finish, "index": 0, "message": message}],

@@ -377,7 +377,7 @@ def test_tenants_the_upstream_cannot_tell_apart_never_share_signatures(
 
     with (
         running_gemini_upstream(TWO_STEPS, fixed_ids=ids) as (fake, root),
-        running_proxy(f"{root}/v1beta/openai", **config) as proxy,
+        running_proxy(f"{root}/v1beta/openai", **{"upstream.profile": "gemini", **config}) as proxy,
     ):
         url = f"{proxy}/v1/chat/completions"
         issued: dict[str, str] = {}

@@ -100,7 +100,7 @@ DEEPSEEK = Provider(
     "reasoning_content",
     "/v1",
     running_deepseek_upstream,
-    {},
+    {"upstream.profile": "deepseek"},  # the host api.deepseek.com would pick it
     DEEPSEEK_MESSAGE,
 )
 OPENROUTER = Provider(
@@ -693,7 +693,9 @@ def test_non_streamed_reasoning_passes_through(provider: Provider) -> None:
 
 @pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
 @pytest.mark.parametrize("provider", PROVIDERS.values(), ids=PROVIDERS.keys())
-def test_client_reasoning_is_never_overridden(provider: Provider, stream: bool) -> None:
+def test_altered_client_reasoning_goes_upstream_as_issued(provider: Provider, stream: bool) -> None:
+    """Issue 14 item 5: the value the upstream issued for this very turn wins over a copy the
+    client altered (OpenAI's SDK accumulator concatenates reasoning_details' strings)."""
     with behind_proxy(provider) as (fake, _, proxy):
         user = {"role": "user", "content": "read a.txt"}
         first = _post(proxy, {"model": provider.model, "messages": [user]})
@@ -707,13 +709,12 @@ def test_client_reasoning_is_never_overridden(provider: Provider, stream: bool) 
         history = [user, sent, *_results(message)]
         body = {"model": provider.model, "stream": stream, "messages": history}
         response = _post(proxy, body)
-        # The upstream got the client's value, and said what it thinks of it.
+        # The upstream got what it issued, not the client's altered copy, and accepted it.
         received = fake.requests[-1].json["messages"]
-        assert received[1][provider.field] == own
-        assert received[1] == sent
-        assert rejection_reasons(fake) == ["altered"]
-        assert response.status_code == 400
-        assert response.content == fake.responses[-1][1]
+        assert received[1][provider.field] == issued != own
+        assert rejection_reasons(fake) == []
+        assert response.status_code == 200
+        assert _metric_reaches(proxy.removesuffix("/v1"), f"{provider.field}_restored", 1) == 1
         # The stored receipt is still there for a client that sends nothing.
         history[1] = _stripped(message)
         assert _post(proxy, {**body, "messages": history}).status_code == 200
@@ -729,7 +730,10 @@ def _call(call_id: str, name: str = "read_file") -> dict[str, Any]:
 
 @pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
 def test_deepseek_miss_is_left_unchanged_and_counted(stream: bool) -> None:
-    with running_deepseek_upstream() as (fake, root), running_proxy(f"{root}/v1") as proxy:
+    with (
+        running_deepseek_upstream() as (fake, root),
+        running_proxy(f"{root}/v1", **DEEPSEEK.proxy_config) as proxy,
+    ):
         user = {"role": "user", "content": "read a.txt"}
         known = _post(f"{proxy}/v1", {"model": DEEPSEEK.model, "messages": [user]})
         message = known.json()["choices"][0]["message"]
@@ -920,7 +924,7 @@ def test_memory_store_stays_bounded_with_large_reasoning() -> None:
     config = {"signatures.max_total_bytes": budget, "signatures.max_value_bytes": 400_000}
     with (
         running_deepseek_upstream(reasoning_chars=200_000) as (fake, root),
-        proxy_app(f"{root}/v1", **config) as (app, proxy_root),
+        proxy_app(f"{root}/v1", **DEEPSEEK.proxy_config, **config) as (app, proxy_root),
     ):
         store = app.state.proxy.store
         proxy = f"{proxy_root}/v1"
@@ -979,7 +983,7 @@ def test_memory_budget_holds_in_bytes_for_cjk_reasoning() -> None:
     knobs = {"reasoning_chars": 100_000, "reasoning_alphabet": cjk}
     with (
         running_deepseek_upstream(**knobs) as (fake, root),
-        proxy_app(f"{root}/v1", **config) as (app, proxy_root),
+        proxy_app(f"{root}/v1", **DEEPSEEK.proxy_config, **config) as (app, proxy_root),
     ):
         store = app.state.proxy.store
         for n in range(30):

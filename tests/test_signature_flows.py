@@ -69,6 +69,11 @@ def node_clients() -> None:
     ensure_node_modules()
 
 
+# The fake stands in for Google's endpoint, whose host picks the gemini profile; on 127.0.0.1
+# the profile is configured, as a user's tunnel to Google would be.
+GOOGLE = {"upstream.profile": "gemini"}
+
+
 @contextmanager
 def gemini_behind_proxy(
     script: list[Step] | None = None, proxy_config: dict[str, Any] | None = None, **knobs: Any
@@ -76,7 +81,7 @@ def gemini_behind_proxy(
     """(fake, the fake's base URL, the proxy's base URL), both `…/v1`-style OpenAI base URLs."""
     with (
         running_gemini_upstream(script, **knobs) as (fake, root),
-        running_proxy(f"{root}/v1beta/openai", **(proxy_config or {})) as proxy,
+        running_proxy(f"{root}/v1beta/openai", **{**GOOGLE, **(proxy_config or {})}) as proxy,
     ):
         yield fake, f"{root}/v1beta/openai", f"{proxy}/v1"
 

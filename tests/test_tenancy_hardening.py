@@ -139,7 +139,7 @@ def shared_ids(step: int, position: int) -> str:
 def gemini_proxy(**config: Any) -> Iterator[tuple[GeminiUpstream, str]]:
     with (
         running_gemini_upstream(TWO_STEPS, fixed_ids=shared_ids) as (fake, root),
-        running_proxy(f"{root}/v1beta/openai", **config) as proxy,
+        running_proxy(f"{root}/v1beta/openai", **{"upstream.profile": "gemini", **config}) as proxy,
     ):
         yield fake, proxy
 

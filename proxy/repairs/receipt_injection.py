@@ -90,26 +90,45 @@ def _targets(messages: list[Any], profile: ProviderProfile) -> Iterator[tuple[di
             yield message, rules, named[1]
 
 
-def wanted_keys(messages: list[Any], profile: ProviderProfile) -> list[str]:
-    """Store keys for every call or message that carries none of its receipts."""
-    return [key for target, rules, key in _targets(messages, profile) if _lacks(target, rules)]
+def receipt_keys(messages: list[Any], profile: ProviderProfile) -> list[str]:
+    """Store keys for every call and message that could carry a receipt: the ones without
+    one get it back, the ones with one are checked against what the upstream issued."""
+    return [key for _, _, key in _targets(messages, profile)]
 
 
 def inject(
     messages: list[Any], profile: ProviderProfile, found: dict[str, dict[str, Any]]
-) -> dict[str, int]:
-    """Put stored receipts back verbatim on exactly the call or message they came with; a value
-    the client sent is never replaced. Returns how many fields were put back, by kind."""
+) -> tuple[dict[str, int], dict[str, int]]:
+    """Put stored receipts back verbatim on exactly the call or message they came with.
+
+    A value the client dropped is put back ("injected"). A value the client sent that differs
+    from the one the upstream issued for that very call or turn goes back as issued
+    ("restored"): OpenAI's SDK stream accumulator concatenates every string field of
+    `reasoning_details` pieces (`format` comes back as `unknownunknown…`, a summary and an
+    encrypted block merge), and the upstream then rejects or degrades the follow-up. An
+    unaltered value, and a turn the proxy never saw, are left alone. Returns both counts, by
+    kind."""
     injected: dict[str, int] = {}
+    restored: dict[str, int] = {}
     for target, rules, key in _targets(messages, profile):
         receipt = found.get(key)
-        if not isinstance(receipt, dict) or not _lacks(target, rules):
+        if not isinstance(receipt, dict):
             continue
+        lacking = _lacks(target, rules)
         for rule in rules:
-            value = get_path(receipt, rule.path)
-            if value is not None and set_path(target, rule.path, value):
-                injected[rule.kind] = injected.get(rule.kind, 0) + 1
-    return injected
+            issued = get_path(receipt, rule.path)
+            if issued is None:
+                continue
+            sent = get_path(target, rule.path)
+            if lacking and sent in (None, "", []):
+                counts = injected
+            elif sent not in (None, "", []) and sent != issued:
+                counts = restored
+            else:
+                continue  # as issued, or a sibling field the client kept (Google vs Vertex)
+            if set_path(target, rule.path, issued, replace=counts is restored):
+                counts[rule.kind] = counts.get(rule.kind, 0) + 1
+    return injected, restored
 
 
 def missing_required(messages: list[Any], profile: ProviderProfile) -> dict[str, int]:
@@ -139,15 +158,38 @@ def fill_current_turn(messages: list[Any], profile: ProviderProfile) -> int:
     return put
 
 
-def strip_foreign(messages: list[Any], profile: ProviderProfile) -> int:
-    """Remove metadata another provider issued (a chat that switched models mid-way)."""
+def strip_foreign(
+    messages: list[Any], profile: ProviderProfile, found: dict[str, dict[str, Any]] | None = None
+) -> int:
+    """Remove metadata another provider issued (a chat that switched models mid-way). Under
+    `profile.foreign_kept_where_issued`, a field stays on a call or turn for which this upstream
+    issued it (`found`, its receipts from the store): it is this upstream's own."""
+    if not profile.foreign_metadata:
+        return 0
+    issued = _issued_here(messages, profile, found or {})
     removed = 0
     for message in messages:
         if not isinstance(message, dict):
             continue
         for target in (message, *calls_of(message)):
+            if id(target) in issued:
+                continue
             removed += sum(remove_path(target, path) for path in profile.foreign_metadata)
     return removed
+
+
+def _issued_here(
+    messages: list[Any], profile: ProviderProfile, found: dict[str, dict[str, Any]]
+) -> set[int]:
+    """The calls and messages whose stored receipt carries one of the foreign fields."""
+    if not profile.foreign_kept_where_issued or not found:
+        return set()
+    return {
+        id(target)
+        for target, _, key in _targets(messages, profile)
+        if isinstance(found.get(key), dict)
+        and any(get_path(found[key], path) is not None for path in profile.foreign_metadata)
+    }
 
 
 def _current_turn_start(messages: list[Any]) -> int:

@@ -67,18 +67,24 @@ class ReceiptRepair(Repair):
         messages = body.get("messages")
         if not isinstance(messages, list):
             return False
-        removed = injection.strip_foreign(messages, self._profile)
-        self._exchange.count("foreign_metadata_removed", removed)
         if not self._profile.keeps_receipts:
+            removed = injection.strip_foreign(messages, self._profile)
+            self._exchange.count("foreign_metadata_removed", removed)
             return removed > 0
         if not self._keeps:
             self._exchange.count("receipts_skipped_no_credential")
-        keys = injection.wanted_keys(messages, self._profile) if self._keeps else []
+        keys = injection.receipt_keys(messages, self._profile) if self._keeps else []
         stored = await self._store.get_many([self._scope.key(k) for k in keys]) if keys else {}
         found = {key: stored[scoped] for key in keys if (scoped := self._scope.key(key)) in stored}
-        injected = injection.inject(messages, self._profile, found)
+        removed = injection.strip_foreign(messages, self._profile, found)
+        self._exchange.count("foreign_metadata_removed", removed)
+        injected, restored = injection.inject(messages, self._profile, found)
         for kind, amount in injected.items():
             self._exchange.count(f"{kind}_injected", amount)
+        for kind, amount in restored.items():
+            self._exchange.note(
+                f"{kind}_restored", "%d sent back altered; the issued value goes upstream", amount
+            )
         placeholders = 0
         if self._placeholder_on_miss:
             placeholders = injection.fill_current_turn(messages, self._profile)
@@ -88,7 +94,8 @@ class ReceiptRepair(Repair):
             )
         for kind, amount in injection.missing_required(messages, self._profile).items():
             self._exchange.note(f"{kind}_missing", "%d tool turn(s) without it", amount)
-        return removed + sum(injected.values()) + placeholders > 0
+        changes = removed + sum(injected.values()) + sum(restored.values()) + placeholders
+        return changes > 0
 
     def wants_chunks(self) -> bool:
         return self._keeps

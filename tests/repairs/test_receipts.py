@@ -112,12 +112,13 @@ def test_every_step_of_a_multi_step_turn_gets_its_own_signature() -> None:
     assert signature_of(messages[3]["tool_calls"][0]) == "SIG-2"
 
 
-def test_a_signature_the_client_sent_is_never_replaced() -> None:
+def test_a_signature_the_client_altered_goes_back_as_issued() -> None:
     h = Harness()
     h.stream([call_chunk(signed("a1", signature="STORED"))])
     messages, exchange = h.request(follow_up(signed("a1", signature="CLIENT")))
-    assert signature_of(messages[1]["tool_calls"][0]) == "CLIENT"
+    assert signature_of(messages[1]["tool_calls"][0]) == "STORED"
     assert exchange.repairs["signatures_injected"] == 0
+    assert exchange.repairs["signatures_restored"] == 1
 
 
 def test_signature_arriving_in_a_later_delta_is_captured() -> None:
@@ -244,7 +245,8 @@ def test_oversized_receipt_is_not_stored() -> None:
         ("auto", "https://generativelanguage.googleapis.com/v1beta/openai", "x", "gemini"),
         ("auto", "https://us-central1-aiplatform.googleapis.com/v1/projects/p", "x", "vertex"),
         ("auto", "https://openrouter.ai/api/v1", "google/gemini-3-pro", "openrouter"),
-        ("auto", "http://127.0.0.1:9000/v1", "gemini-3-flash-preview", "gemini"),
+        # The model name decides nothing: a host that says nothing gets the evidence profile.
+        ("auto", "http://127.0.0.1:9000/v1", "gemini-3-flash-preview", "generic"),
         ("auto", "http://127.0.0.1:9000/v1", "gpt-5", "generic"),
         ("openai", "https://generativelanguage.googleapis.com/v1beta/openai", "gemini", "openai"),
     ],
