@@ -11,7 +11,8 @@ Processes, all on 127.0.0.1, each its own process group, all ended in `finally`:
 - the fake upstream (bench/perf_fake.py): raw asyncio HTTP/1.1, answers chosen by model name;
 - the targets: **direct** (the client talks to the fake: the limit), **do-nothing**
   (`python -m proxy serve` with `repairs.enabled = false`), **streamfix** (default config,
-  profile auto: the Gemini stream's model says "gemini", so receipts are captured), and
+  profile auto: the fake's host says nothing, so the evidence profile watches every stream for
+  receipts and captures the Gemini stream's signatures), and
   **litellm** (`litellm[proxy]` in bench/results/litellm-venv, installed when missing, an
   OpenAI-compatible passthrough `openai/*` to the same fake); with `--compare-clients` also
   **do-nothing-httpx** (do-nothing with `server.upstream_client = "httpx"`: the upstream client
