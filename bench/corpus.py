@@ -2,6 +2,7 @@
 through the proxy (issue 14, item 7).
 
     python3 bench/corpus.py CORPUS_DIR [--only SUBSTRING] [--no-vercel] [--no-direct]
+                           [--emit atomic|incremental]
 
 CORPUS_DIR holds response bodies (`*.txt`, in `raw/` or at the top), optionally their request
 bodies (`STEM.request.json`, `STEM.turnN.request.json`) and a `manifest.json` giving each
@@ -61,6 +62,7 @@ from starlette.routing import Route  # noqa: E402
 from proxy.app import create_app  # noqa: E402
 from proxy.conformance import violations  # noqa: E402
 from proxy.settings import Settings  # noqa: E402
+from proxy.sse import DONE, SSEDecoder  # noqa: E402
 from tests.clients.vercel import SDK_VERSIONS, run_vercel  # noqa: E402
 from tests.fake_upstream import split_events  # noqa: E402
 from tests.servers import serve_in_thread  # noqa: E402
@@ -488,6 +490,27 @@ def got_vercel(sdk: str) -> Callable[..., dict[str, Any]]:
     return run
 
 
+def at_error(body: bytes) -> tuple[bytes, bytes]:
+    """`body` cut where the upstream's in-band error starts (an `event: error`, or a chunk with
+    a top-level `error`): the events before it, and the rest."""
+    decoder, offset = SSEDecoder(), 0
+    for event in decoder.feed(body) + decoder.flush():
+        if event.event == "error" or _has_error(event.data or ""):
+            return body[:offset], body[offset:]
+        offset += len(event.raw)
+    return body, b""
+
+
+def _has_error(data: str) -> bool:
+    if not data.startswith("{"):
+        return False
+    try:
+        value = json.loads(data)
+    except json.JSONDecodeError:
+        return False
+    return isinstance(value, dict) and bool(value.get("error"))
+
+
 def check_wire(base_url: str, key: str, response: Recorded, want: Meant) -> str:
     if response.kind == "json":
         return "n/a"
@@ -502,12 +525,15 @@ def check_wire(base_url: str, key: str, response: Recorded, want: Meant) -> str:
         headers={"authorization": f"Bearer {key}"},
         timeout=30,
     ).content
-    problems = violations(got)
-    if want.error:
-        # An error ends the stream: nothing may be invented after it (no finish, no [DONE]).
-        problems = [p for p in problems if "[DONE]" not in p and "finish" not in p]
-        if b"[DONE]" in got.split(b"error", 1)[-1]:
-            problems.append("[DONE] after the error")
+    if not want.error:
+        problems = violations(got)
+    else:
+        # The rules hold up to the upstream's error; from it on, what the upstream sent and
+        # nothing else (no invented finish, no [DONE] it did not send).
+        before, after = at_error(got)
+        problems = [p for p in violations(before + DONE) if "finish" not in p]
+        if after != at_error(response.sse)[1]:
+            problems.append(f"after the error: {_short(after.decode())} != the upstream's")
     return "PASS" if not problems else "; ".join(problems)[:160]
 
 
@@ -644,6 +670,7 @@ def main() -> int:
     parser.add_argument("--only", default="", help="rows whose file name contains this")
     parser.add_argument("--no-vercel", action="store_true")
     parser.add_argument("--no-direct", action="store_true")
+    parser.add_argument("--emit", choices=("atomic", "incremental"), default="atomic")
     args = parser.parse_args()
 
     manifest = manifest_of(args.corpus)
@@ -656,7 +683,9 @@ def main() -> int:
     fake = Fake()
     with serve_in_thread(fake.app) as fake_url:
         upstream = f"{fake_url}/v1"
-        settings = Settings().with_values({"upstream.base_url": upstream})
+        settings = Settings().with_values(
+            {"upstream.base_url": upstream, "tool_calls.emit": args.emit}
+        )
         with serve_in_thread(create_app(settings)) as proxy_url:
             proxy = f"{proxy_url}/v1"
             if not args.no_direct:
@@ -668,7 +697,7 @@ def main() -> int:
                 last = conversation.turns[-1][1].row
                 cells[(last, "request")] = check_requests(proxy, fake, conversation)
             render(
-                "through the proxy: client -> streamfix -> fake upstream",
+                f"through the proxy ({args.emit}): client -> streamfix -> fake upstream",
                 rows,
                 [*columns, "request"] if talks else columns,
                 cells,
