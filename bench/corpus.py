@@ -20,7 +20,9 @@ Each response is one row; the columns are the clients, each run against a fake u
 serves the body (direct) and against the proxy in front of that fake (proxy):
 
     wire      the bytes the client got: proxy.conformance's rules (one [DONE], last; one
-              finish per choice; every call delta whole), for SSE only
+              finish per choice; calls opened with index/id/type/name, indexes from 0; each
+              call in one delta for the atomic proxy), for SSE only; direct, the rules of a
+              proper incremental stream
     stream    OpenAI Python SDK, `client.chat.completions.stream()`
     create    OpenAI Python SDK, `create(stream=True)` accumulated by `index` (the usual loop);
               for a non-streamed body, `create()` and the message
@@ -511,7 +513,7 @@ def _has_error(data: str) -> bool:
     return isinstance(value, dict) and bool(value.get("error"))
 
 
-def check_wire(base_url: str, key: str, response: Recorded, want: Meant) -> str:
+def check_wire(base_url: str, key: str, response: Recorded, want: Meant, emit: str) -> str:
     if response.kind == "json":
         return "n/a"
     body = {
@@ -526,12 +528,12 @@ def check_wire(base_url: str, key: str, response: Recorded, want: Meant) -> str:
         timeout=30,
     ).content
     if not want.error:
-        problems = violations(got)
+        problems = violations(got, emit)
     else:
         # The rules hold up to the upstream's error; from it on, what the upstream sent and
         # nothing else (no invented finish, no [DONE] it did not send).
         before, after = at_error(got)
-        problems = [p for p in violations(before + DONE) if "finish" not in p]
+        problems = [p for p in violations(before + DONE, emit) if "finish" not in p]
         if after != at_error(response.sse)[1]:
             problems.append(f"after the error: {_short(after.decode())} != the upstream's")
     return "PASS" if not problems else "; ".join(problems)[:160]
@@ -570,9 +572,11 @@ def _short(value: Any) -> str:
     return text if len(text) <= 70 else text[:67] + "..."
 
 
-def run_client(column: str, base_url: str, key: str, response: Recorded, want: Meant) -> str:
+def run_client(
+    column: str, base_url: str, key: str, response: Recorded, want: Meant, emit: str
+) -> str:
     if column == "wire":
-        return check_wire(base_url, key, response, want)
+        return check_wire(base_url, key, response, want, emit)
     if response.kind == "json" and response.status < 400 and column != "create":
         return "n/a"
     runner = {"stream": got_stream, "create": got_create}.get(column) or got_vercel(column[3:])
@@ -630,7 +634,7 @@ def json_diff(sent: Any, got: Any, path: str = "") -> list[str]:
 
 
 def run_table(
-    title: str,
+    emit: str,
     base_url: str,
     fake: Fake,
     responses: list[Recorded],
@@ -644,7 +648,9 @@ def run_table(
         key = f"{prefix}-{column}-{response.row}"
         with lock:
             fake.responses[key] = response
-        cells[(response.row, column)] = run_client(column, base_url, key, response, meant(response))
+        cells[(response.row, column)] = run_client(
+            column, base_url, key, response, meant(response), emit
+        )
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         for future in [pool.submit(one, r, c) for r in responses for c in columns]:
@@ -689,9 +695,9 @@ def main() -> int:
         with serve_in_thread(create_app(settings)) as proxy_url:
             proxy = f"{proxy_url}/v1"
             if not args.no_direct:
-                cells = run_table("direct", upstream, fake, responses, columns, "direct")
+                cells = run_table("incremental", upstream, fake, responses, columns, "direct")
                 render("direct: client -> fake upstream", rows, columns, cells)
-            cells = run_table("proxy", proxy, fake, responses, columns, "proxy")
+            cells = run_table(args.emit, proxy, fake, responses, columns, "proxy")
             talks = conversations(paths, by_stem)
             for conversation in talks:
                 last = conversation.turns[-1][1].row
