@@ -60,6 +60,7 @@ def repaired_sse(
         SSEDecoder(max_event_bytes),
         (httpx.HTTPError, LimitExceeded),
         abort,
+        exchange.count,
     )
     return StreamedResponse(
         _Closing(upstream, stream, on_close),

@@ -3,6 +3,13 @@
 Only JSON `data:` events reach repairs. Comments, `event:`-typed events and data that is not a
 JSON object pass through byte for byte. `[DONE]` belongs to the pipeline and goes out once, and
 only when the upstream ended cleanly: a truncated answer must not look complete.
+
+An upstream's own in-band error (Groq's `event: error` with `tool_use_failed`, OpenRouter's
+chunk with a top-level `error` inside an HTTP 200 stream) ends the repairs: it and everything
+after it go out as received, and nothing is invented after it, neither the repairs' closing
+chunks (a finish "stop" would turn the failure into a normal end for the AI SDK) nor a
+`[DONE]` the upstream did not send itself. Calls still held back for atomic emission are not
+sent: the turn failed, and its calls with it.
 """
 
 from __future__ import annotations
@@ -18,6 +25,11 @@ from proxy.sse import DONE, SSEDecoder, SSEEvent, encode
 logger = logging.getLogger(__name__)
 
 Chunk = dict[str, Any]
+Count = Callable[[str, int], None]
+
+
+def _uncounted(kind: str, amount: int) -> None:
+    """The default `count`: a stream run without an exchange to book on."""
 
 
 class Repair:
@@ -137,32 +149,51 @@ def _is_done(event: SSEEvent) -> bool:
     return event.data is not None and event.data.strip() == "[DONE]"
 
 
+def _is_upstream_error(event: SSEEvent, chunk: Chunk | None) -> bool:
+    """An error the upstream reports inside its stream. The OpenAI SDK raises `APIError` on
+    any data whose `error` is set, whatever the event name; the AI SDK ends with an error."""
+    if chunk is not None:
+        return bool(chunk.get("error"))
+    return event.event == "error"
+
+
 async def repaired_stream(
     upstream: AsyncIterator[bytes],
     chain: RepairChain,
     decoder: SSEDecoder,
     failures: tuple[type[Exception], ...],
     on_abort: Callable[[Exception], bytes],
+    count: Count = _uncounted,
 ) -> AsyncIterator[bytes]:
     """Decode the upstream SSE body, repair it, and encode it for the client.
 
     An exception of a `failures` type while reading (the upstream broke off, an event grew too
-    large) ends the stream with the bytes of `on_abort(exc)`, and without `[DONE]`.
+    large) ends the stream with the bytes of `on_abort(exc)`, and without `[DONE]`. `count`
+    books what the stream itself showed (`upstream_error_event`, `events_split`).
     """
+    errored = False
 
     def emit(items: list[tuple[Chunk, bytes | None]]) -> bytes:
         return b"".join(raw if raw is not None else encode(chunk) for chunk, raw in items)
 
     def process(events: list[SSEEvent]) -> bytes:
+        nonlocal errored
         out = []
         for event in events:
+            if errored:
+                out.append(event.raw)  # after its own error, the upstream's bytes as received
+                continue
             chunk = _as_chunk(event)
-            if chunk is not None:
+            if chunk is not None and not chunk.get("error"):
                 items = chain.on_chunk(chunk, event.raw)
                 if len(items) == 1 and items[0][1] is not None:
                     out.append(items[0][1])  # the common case: untouched, as received
                 else:
                     out.append(emit(items))
+            elif _is_upstream_error(event, chunk):
+                errored = True
+                count("upstream_error_event", 1)
+                out.append(event.raw)
             elif not _is_done(event):  # [DONE] goes out once, after the closing chunks
                 out.append(event.raw)
         return b"".join(out) if len(out) != 1 else out[0]
@@ -174,5 +205,11 @@ async def repaired_stream(
         tail = process(decoder.flush())
     except failures as exc:
         yield on_abort(exc)
+        return
+    finally:
+        count("events_split", decoder.splits)
+    if errored:
+        if tail:
+            yield tail
         return
     yield tail + emit(await chain.on_end()) + DONE

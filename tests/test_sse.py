@@ -63,7 +63,7 @@ def test_unterminated_last_event_is_delivered_on_flush() -> None:
     assert decoder.feed(b"data: [DONE]") == []
     (event,) = decoder.flush()
     assert event.data == "[DONE]"
-    assert event.raw == b"data: [DONE]"
+    assert event.raw == b"data: [DONE]\n\n"  # terminated: see tests/test_sse_framing.py
 
 
 def test_trailing_cr_waits_for_a_possible_lf() -> None:

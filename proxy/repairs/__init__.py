@@ -21,9 +21,11 @@ def default_repairs(settings: Settings, exchange: Exchange, store: ReceiptStore)
     1. ToolCallRepair turns whatever the upstream sent into whole calls, which is what every
        later repair reasons about.
     2. ReusedCallIdRepair sees each call's id once it is final, and before anyone keeps it.
-    3. SingleRoleRepair, so the chunks emitted above are seen with their roles.
-    4. FinishReasonRepair must see the calls that ToolCallRepair emits (even the ones it only
+    3. FinishReasonRepair must see the calls that ToolCallRepair emits (even the ones it only
        emits at stream end) to know that "stop" means "tool_calls".
+    4. SingleRoleRepair after every repair that emits, drops or reorders chunks: the role goes
+       on the first delta as the client receives it (ToolCallRepair may send a call before the
+       chunk that carried the role).
     5. ReceiptRepair last: it keys receipts by the call ids exactly as the client receives
        them, so it watches the final output, and its store write happens at the very end.
     """
@@ -38,8 +40,8 @@ def default_repairs(settings: Settings, exchange: Exchange, store: ReceiptStore)
             max_buffered_bytes=settings.tool_calls.max_buffered_bytes,
         ),
         ReusedCallIdRepair(exchange),
-        SingleRoleRepair(),
         FinishReasonRepair(),
+        SingleRoleRepair(exchange),
         ReceiptRepair(
             exchange,
             store,
