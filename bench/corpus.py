@@ -4,10 +4,11 @@ through the proxy (issue 14, item 7).
     python3 bench/corpus.py CORPUS_DIR [--only SUBSTRING] [--no-vercel] [--no-direct]
                            [--emit atomic|incremental]
 
-CORPUS_DIR holds response bodies (`*.txt`, in `raw/` or at the top), optionally their request
-bodies (`STEM.request.json`, `STEM.turnN.request.json`) and a `manifest.json` giving each
-file's recorded HTTP status and content type (the layout of ../shared/realworld/; a user's own
-captures need only the bodies). A body is served the way it was recorded:
+CORPUS_DIR holds response bodies (`*.txt`, `*.sse`, `*.json`, in `raw/` or at the top),
+optionally their request bodies (`STEM.request.json`, `STEM.turnN.request.json`) and a
+`manifest.json` giving each file's recorded HTTP status and content type (the layout of
+../shared/realworld/; a user's own captures need only the bodies). A body is served the way
+it was recorded:
 
 - raw SSE (any line starting `data:`, `event:` or `:`): the bytes unchanged, one event a write;
 - bare chunk lines (one JSON chunk a line, the Vercel AI SDK's fixture format): each line as
@@ -114,7 +115,14 @@ def manifest_of(corpus: Path) -> dict[str, dict[str, Any]]:
 
 def response_files(corpus: Path) -> list[Path]:
     folder = corpus / "raw" if (corpus / "raw").is_dir() else corpus
-    return sorted(p for p in folder.glob("*.txt") if p.is_file())
+    return sorted(
+        p
+        for p in folder.iterdir()
+        if p.is_file()
+        and p.suffix in (".txt", ".sse", ".json")
+        and not p.name.endswith(".request.json")
+        and p.name != "manifest.json"
+    )
 
 
 def request_of(path: Path) -> dict[str, Any] | None:
