@@ -42,7 +42,8 @@ def test_first_matching_route_wins_else_the_default() -> None:
     assert router.route_for("gemini-3-pro").name == "default"
     assert router.route_for(None).name == "default"
     assert router.route_for("kimi-k2").profile("kimi-k2").name == "kimi"
-    assert router.route_for("gemini-3-pro").profile("gemini-3-pro").name == "gemini"
+    # A host that says nothing gets the evidence profile, whatever the model's name.
+    assert router.route_for("gemini-3-pro").profile("gemini-3-pro").name == "generic"
 
 
 @pytest.mark.parametrize(
