@@ -357,7 +357,10 @@ class GeminiUpstream:
                 "type": "function",
             }
             if position == 0:
-                entry = {"extra_content": {self.namespace: {"thought_signature": signature}}, **entry}
+                entry = {
+                    "extra_content": {self.namespace: {"thought_signature": signature}},
+                    **entry,
+                }
                 self.issued[call_id] = signature
                 self.issued_log.append(Issued(tenant, call_id, signature, k))
             calls.append(entry)
