@@ -32,6 +32,39 @@ def text_key(text: str, prompt: str) -> str:
     return "text:" + digest[:32]
 
 
+class TextDigest:
+    """`text_key` of a text that streams in pieces, without holding the text: the key
+    `text_key(text, prompt)` gives for the pieces joined. Only whitespace at the end so far is
+    held (it counts only if more text follows), so watching every stream for text-turn receipts
+    costs a hash update per piece, not a copy of every answer."""
+
+    def __init__(self, prompt: str) -> None:
+        self._hash = hashlib.sha256(f"{prompt.strip()}\x1f".encode())
+        self._started = False
+        self._pending = ""
+        self.seen_text = False
+        """A non-empty piece arrived: the turn has text, so it can be named."""
+
+    def feed(self, piece: str) -> None:
+        if not piece:
+            return
+        self.seen_text = True
+        if not self._started:
+            piece = piece.lstrip()
+            if not piece:
+                return
+            self._started = True
+        core = piece.rstrip()
+        if not core:
+            self._pending += piece
+            return
+        self._hash.update((self._pending + core).encode())
+        self._pending = piece[len(core) :]
+
+    def key(self) -> str:
+        return "text:" + self._hash.hexdigest()[:32]
+
+
 def message_key(message: Message, prompt: str) -> tuple[str, str] | None:
     """(rule scope, store key) of an assistant message, or None when it cannot be named."""
     ids = [c["id"] for c in calls_of(message) if isinstance(c.get("id"), str)]

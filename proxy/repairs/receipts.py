@@ -59,7 +59,7 @@ class ReceiptRepair(Repair):
         # Per choice: call ids in order (by stream index), call receipts, text, message fields.
         self._call_ids: dict[int, dict[int, str]] = defaultdict(dict)
         self._calls: dict[str, dict[str, Any]] = {}
-        self._text: dict[int, list[str]] = defaultdict(list)
+        self._text: dict[int, injection.TextDigest] = {}
         self._fields: dict[int, list[FieldBuilder]] = {}
         self._captured: dict[str, dict[str, Any]] = {}
 
@@ -116,11 +116,13 @@ class ReceiptRepair(Repair):
             self._captured[injection.call_key(call_id)] = receipt
         for index in set(self._fields) | set(self._call_ids) | set(self._text):
             ids = [self._call_ids[index][i] for i in sorted(self._call_ids[index])]
-            message = {"content": "".join(self._text[index])}
+            text = self._text.get(index)
             if ids:
-                message["tool_calls"] = [{"id": call_id} for call_id in ids]
+                named: tuple[str, str] | None = ("tool_turn", injection.turn_key(ids))
+            else:
+                named = ("text_turn", text.key()) if text and text.seen_text else None
             values = {b.rule.path: b.value() for b in self._fields.get(index, ())}
-            self._capture_message(message, values)
+            self._capture(named, values)
         self._save(self._captured)
         return []
 
@@ -145,7 +147,10 @@ class ReceiptRepair(Repair):
     def _observe(self, index: int, delta: dict[str, Any]) -> None:
         content = delta.get("content")
         if isinstance(content, str):
-            self._text[index].append(content)
+            digest = self._text.get(index)
+            if digest is None:
+                digest = self._text[index] = injection.TextDigest(self._prompt())
+            digest.feed(content)
         if self._message_rules:
             builders = self._fields.setdefault(
                 index, [FieldBuilder(rule) for rule in self._message_rules]
@@ -164,7 +169,9 @@ class ReceiptRepair(Repair):
                 self._calls.setdefault(call_id, {}).update(receipt)
 
     def _capture_message(self, message: dict[str, Any], values: dict[tuple, Any]) -> None:
-        named = injection.message_key(message, self._prompt())
+        self._capture(injection.message_key(message, self._prompt()), values)
+
+    def _capture(self, named: tuple[str, str] | None, values: dict[tuple, Any]) -> None:
         if named is None:
             return
         scope, key = named

@@ -12,8 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from proxy.profiles import PROFILES, SKIP_SIGNATURE_VALIDATOR, profile_for
+from proxy.repairs.receipt_injection import TextDigest, text_key
 from tests.repairs.test_receipt_capture import (
     Harness,
     call,
@@ -165,3 +168,19 @@ def test_a_placeholder_the_client_sent_gives_way_to_the_real_signature() -> None
     messages, exchange = h.request(history(sent))
     assert messages[1]["tool_calls"][0]["extra_content"]["google"]["thought_signature"] == "REAL"
     assert exchange.repairs["signatures_restored"] == 1
+
+
+# ── watching every stream costs no copy of its text ──────────────────────────
+
+PIECES = st.lists(st.text(alphabet=" \t\nabé\u3000x", max_size=4), max_size=8)
+
+
+@given(PIECES, st.text(alphabet=" qé", max_size=3))
+def test_a_streamed_texts_digest_is_the_key_of_the_whole_text(pieces, prompt) -> None:
+    # The evidence profile watches every stream for text-turn receipts: it hashes the text as
+    # it streams instead of holding it, and must name the turn as the request side will.
+    digest = TextDigest(prompt)
+    for piece in pieces:
+        digest.feed(piece)
+    assert digest.key() == text_key("".join(pieces), prompt)
+    assert digest.seen_text == bool("".join(pieces))
