@@ -116,7 +116,7 @@ def test_json_has_the_required_keys(name: str) -> None:
     choices = meta["expect"]["choices"]
     assert [c["index"] for c in choices] == list(range(len(choices)))
     for choice in choices:
-        assert choice["finish_reason"] in ("tool_calls", "stop")
+        assert choice["finish_reason"] in ("tool_calls", "stop", "length")
         assert isinstance(choice["content"], str)
         assert (choice["finish_reason"] == "tool_calls") == bool(choice["tool_calls"])
         for call in choice["tool_calls"]:
@@ -157,6 +157,17 @@ def signature_of(part: dict[str, Any]) -> str | None:
     return ((part.get("extra_content") or {}).get("google") or {}).get("thought_signature")
 
 
+def text_of(content: Any) -> str:
+    """A delta's text: a string, or the text blocks of an array of blocks (Magistral)."""
+    if isinstance(content, list):
+        return "".join(
+            part.get("text") or ""
+            for part in content
+            if isinstance(part, dict) and part.get("type") == "text"
+        )
+    return content or ""
+
+
 def parses(text: str) -> bool:
     try:
         orjson.loads(text)
@@ -177,7 +188,7 @@ class ChoiceReading:
 
     def feed(self, choice: dict[str, Any]) -> None:
         delta = choice.get("delta") or {}
-        self.content += delta.get("content") or ""
+        self.content += text_of(delta.get("content"))
         self.signature = signature_of(delta) or self.signature
         self.finish = choice.get("finish_reason") or self.finish
         opened = []
@@ -218,7 +229,8 @@ class ChoiceReading:
             out = {"id": call["id"], "name": call["name"] or only_tool}
             out["arguments"] = orjson.loads(call["args"])
             calls.append(out | ({"thought_signature": call["sig"]} if call["sig"] else {}))
-        finish = "tool_calls" if calls else self.finish
+        # An upstream that ends cleanly without any finish (Snowflake) meant "stop".
+        finish = "tool_calls" if calls else self.finish or "stop"
         out = {
             "index": index,
             "finish_reason": finish,
