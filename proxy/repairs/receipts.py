@@ -56,6 +56,7 @@ class ReceiptRepair(Repair):
         self._keeps = self._profile.keeps_receipts and self._scope.keeps_receipts
         self._call_rules = self._profile.rules("call")
         self._message_rules = self._profile.rules("tool_turn") + self._profile.rules("text_turn")
+        self._message_fields = frozenset(rule.path[0] for rule in self._message_rules)
         # Per choice: call ids in order (by stream index), call receipts, text, message fields.
         self._call_ids: dict[int, dict[int, str]] = defaultdict(dict)
         self._calls: dict[str, dict[str, Any]] = {}
@@ -151,7 +152,9 @@ class ReceiptRepair(Repair):
             if digest is None:
                 digest = self._text[index] = injection.TextDigest(self._prompt())
             digest.feed(content)
-        if self._message_rules:
+        # Most deltas carry only text: the builders are fed only when a receipt field is there
+        # (the evidence profile watches every stream, so this runs for every chunk).
+        if self._message_fields and not self._message_fields.isdisjoint(delta):
             builders = self._fields.setdefault(
                 index, [FieldBuilder(rule) for rule in self._message_rules]
             )
