@@ -50,8 +50,9 @@ class ToolCallRepair(Repair):
                 if "tool_calls" in delta:
                     changed = True
                     self._take_entries(choice, delta)
-                if type(delta.get("content")) is list:  # Magistral's blocks; rare
-                    changed |= self._content.flatten(delta)
+                if type(delta.get("content")) is list and self._content.flatten(delta):
+                    changed = True  # Magistral's blocks; rare
+                    self._exchange.count("content_blocks_flattened")
             if choice.get("finish_reason") and self._pending(choice_index(choice)):
                 changed = True
                 self._envelope = envelope(chunk)

@@ -68,3 +68,16 @@ def test_usage_after_the_finish_keeps_its_usage_with_an_empty_delta() -> None:
     last = [item for item in stream_chunks(out) if isinstance(item, dict)][-1]
     assert last["usage"] == usage and last["choices"][0]["delta"] == {}
     assert violations(out) == []
+
+
+def test_flattened_content_blocks_are_counted() -> None:
+    # Every change the proxy makes has a kind and a count.
+    from proxy.exchange import Exchange
+    from proxy.repairs.tool_calls import ToolCallRepair
+
+    exchange = Exchange("r")
+    repair = ToolCallRepair(exchange)
+    blocks = [{"type": "thinking", "thinking": "Hm."}, {"type": "text", "text": "Yes."}]
+    assert repair.on_chunk(chunk({"content": blocks})) is not None
+    assert repair.on_chunk(chunk({"content": [{"type": "image_url"}]})) is None
+    assert exchange.repairs["content_blocks_flattened"] == 1
