@@ -59,6 +59,9 @@ class _ChoiceRules:
         delta = choice.get("delta") or {}
         if "role" in delta and index in self.started:
             problems.append(f"choice {index}: role repeated after the first delta")
+        if delta and index not in self.started and not delta.get("role"):
+            # OpenAI's SDK stream helper takes the role from the first delta: message.role None
+            problems.append(f"choice {index}: the first delta carries no role")
         if delta:
             self.started.add(index)
         if index in self.finishes and (delta or choice.get("finish_reason")):

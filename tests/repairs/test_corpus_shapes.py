@@ -81,3 +81,11 @@ def test_flattened_content_blocks_are_counted() -> None:
     assert repair.on_chunk(chunk({"content": blocks})) is not None
     assert repair.on_chunk(chunk({"content": [{"type": "image_url"}]})) is None
     assert exchange.repairs["content_blocks_flattened"] == 1
+
+
+def test_the_checker_wants_the_role_on_the_first_delta() -> None:
+    # GLM through Mistral's API never sends a role: the OpenAI SDK's stream helper then ends
+    # with message.role None. The checker (tests, `streamfix replay`, bench/corpus.py) says so.
+    body = sse(chunk({"content": "a"}), chunk({}, "stop"), "[DONE]")
+    assert "chunk 0: choice 0: the first delta carries no role" in violations(body)
+    assert violations(repair_stream(body)) == []
