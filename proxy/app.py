@@ -318,7 +318,8 @@ def create_app(
         Endpoint("/healthz", proxy.healthz, methods=["GET"]),
         Endpoint("/readyz", proxy.readyz, methods=["GET"]),
         Endpoint("/metrics", proxy.metrics_endpoint, methods=["GET"]),
-        Endpoint("/v1/chat/completions", proxy.chat_completions, methods=["POST"]),
+        # POST /v1/chat/completions is not here: StreamfixApp sends it straight to its handler
+        # (one registration); its other methods are passthrough like any /v1/ path.
         Endpoint(
             "/v1/{path:path}",
             proxy.passthrough,

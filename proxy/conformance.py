@@ -1,4 +1,4 @@
-"""The rules a repaired stream must meet for every client (PROTOCOL.md §2.4), as a checker.
+"""The rules a repaired stream must meet for every client, as a checker.
 
 Used by the test suite and by `streamfix replay` to report violations in any output.
 """

@@ -20,6 +20,7 @@ from proxy.config_values import (
     read_toml,
     replace_checked,
 )
+from proxy.profiles import PROFILES
 
 GEMINI_OPENAI_BASE_URL = "https://generativelanguage.googleapis.com/v1beta/openai"
 
@@ -84,17 +85,8 @@ class ServerSettings:
             raise ConfigError(f"port: must be between 1 and 65535, got {self.port}")
 
 
-PROFILE_NAMES = (
-    "auto",
-    "gemini",
-    "vertex",
-    "deepseek",
-    "openai",
-    "openrouter",
-    "vllm",
-    "kimi",
-    "generic",
-)
+PROFILE_NAMES = ("auto", *PROFILES)
+"""Every profile a route may name: "auto" (detect it), or one of proxy/profiles.py."""
 
 
 @dataclass(frozen=True, slots=True)

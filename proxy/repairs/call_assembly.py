@@ -2,7 +2,8 @@
 
 Upstreams disagree on how a call is spread over deltas: OpenAI keys fragments by `index`,
 Gemini sends no `index` at all, Vertex changes `index` for one id, vLLM sometimes sends neither
-`id` nor `name`. The rules below, applied in order, cover every shape seen (PROTOCOL.md §1).
+`id` nor `name`. The rules below, applied in order, cover every shape seen (the transcripts in
+tests/transcripts/).
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from proxy.pipeline import Chunk, Repair
 from proxy.profiles import ReceiptRule
 from proxy.repairs import receipt_injection as injection
 from proxy.repairs.receipt_capture import FieldBuilder
+from proxy.settings import SignatureSettings
 from proxy.store import ReceiptStore
 
 
@@ -44,7 +45,7 @@ class ReceiptRepair(Repair):
         store: ReceiptStore,
         *,
         placeholder_on_miss: bool = True,
-        max_value_bytes: int = 65_536,
+        max_value_bytes: int = SignatureSettings().max_value_bytes,  # one default, in settings
     ) -> None:
         self._exchange = exchange
         self._store = store

@@ -235,7 +235,8 @@ def test_non_google_upstream_receives_no_google_metadata() -> None:
 
 def test_oversized_receipt_is_not_stored() -> None:
     h = Harness()
-    h.stream([call_chunk(signed("big", signature="x" * 70_000))])
+    # Past signatures.max_value_bytes (1 MiB, the one default, also the repair's own).
+    h.stream([call_chunk(signed("big", signature="x" * (1_048_576 + 1)))])
     assert len(h.store) == 0
 
 
