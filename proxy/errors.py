@@ -5,6 +5,8 @@ from __future__ import annotations
 import orjson
 from starlette.responses import Response
 
+from proxy.sse import encode
+
 
 def error_body(message: str, type_: str, code: str) -> dict[str, dict[str, str]]:
     return {"error": {"message": message, "type": type_, "code": code}}
@@ -20,7 +22,7 @@ def error_response(status: int, message: str, type_: str, code: str) -> Response
 
 def error_event(message: str, type_: str, code: str) -> bytes:
     """A final SSE event telling a streaming client that the answer is incomplete."""
-    return b"data: " + orjson.dumps(error_body(message, type_, code)) + b"\n\n"
+    return encode(error_body(message, type_, code))
 
 
 class ClientError(Exception):

@@ -64,7 +64,8 @@ class NotRetried(ClosedWithoutResponse):
 class Http1Transport(httpx.AsyncBaseTransport):
     """A keep-alive pool per origin: the most recently used idle connection first, each idle one
     closed by its own timer once it has been idle `keepalive_expiry` seconds, or at once when the
-    server closes it. No limit on open connections, as before with httpx's pool.
+    server closes it. No cap on open connections: HTTP/1.1 needs one per request in flight, and the
+    client side is capped by `server.max_connections`.
 
     A request goes upstream twice only when the first time provably did no harm (the rule of Go's
     net/http): on a reused connection that ended before a byte of response came back, and only

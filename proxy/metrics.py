@@ -22,8 +22,6 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.counts: Tally[str] = Tally()
-        """Every exchange count summed, for tests and `streamfix` internals."""
         registry = self.registry
         self.requests = Counter(
             "streamfix_requests",
@@ -64,7 +62,6 @@ class Metrics:
     def record(self, route: str, status: int, duration: float, counts: Tally[str]) -> None:
         self.requests.labels(route, str(status)).inc()
         self.duration.labels(route).observe(duration)
-        self.counts.update(counts)
         for kind, amount in counts.items():
             event = SIGNATURE_EVENTS.get(kind)
             if event:

@@ -272,7 +272,7 @@ def _similarity(a: Any, b: Any) -> int:
 
 
 def upstream_transport(settings: Settings) -> httpx.AsyncBaseTransport | None:
-    """Live (None: httpx's own), recording, or replaying, as the settings say."""
+    """Recording or replaying, as the settings say; None: live (the app builds that one)."""
     recording = settings.recording
     if recording.replay_dir:
         return ReplayTransport.from_directory(
