@@ -19,6 +19,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import orjson
 
+from proxy.credentials import CREDENTIAL_HEADERS, CREDENTIAL_PARAMETERS
 from proxy.json_paths import Path as FieldPath
 from proxy.json_paths import get_path, remove_path
 from proxy.profiles import PROFILES
@@ -26,23 +27,12 @@ from proxy.profiles import PROFILES
 FORMAT = "streamfix-cassette/1"
 
 # Never written to a cassette, whatever the configuration says.
-SECRET_HEADERS = frozenset(
-    {
-        "authorization",
-        "proxy-authorization",
-        "x-api-key",
-        "api-key",
-        "x-goog-api-key",
-        "cookie",
-        "set-cookie",
-    }
-)
+SECRET_HEADERS = frozenset({*CREDENTIAL_HEADERS, "proxy-authorization", "cookie", "set-cookie"})
 # Per-connection or per-run noise that would make every re-recording a diff.
 NOISY_HEADERS = frozenset(
     {"host", "content-length", "connection", "transfer-encoding", "date", "x-request-id"}
 )
-# Query parameters that carry credentials (Google's `?key=`).
-SECRET_QUERY = frozenset({"key", "api_key", "api-key", "access_token"})
+SECRET_QUERY = CREDENTIAL_PARAMETERS  # Google's `?key=` and the like
 
 # Request fields left out of the match: clients vary them between runs of the same request.
 VOLATILE_FIELDS = ("user", "metadata", "store", "prompt_cache_key", "safety_identifier")

@@ -7,6 +7,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from proxy.auth import parse_keys
+from proxy.credentials import SECRET_PARAMETERS
 from proxy.settings import Settings
 
 MASK = "****"
@@ -27,8 +28,6 @@ def masked(settings: Settings, environ: Mapping[str, str]) -> dict[str, Any]:
     return document
 
 
-# Query parameters that carry secrets (redis-py reads `password`; Google reads `key`).
-_SECRET_PARAMETERS = {"password", "key", "api_key", "api-key", "access_token", "token"}
 
 
 def _mask_url(url: str) -> str:
@@ -40,7 +39,7 @@ def _mask_url(url: str) -> str:
         netloc = f"{user}:{MASK}@{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "")
     query = urlencode(
         [
-            (name, MASK if name.lower() in _SECRET_PARAMETERS else value)
+            (name, MASK if name.lower() in SECRET_PARAMETERS else value)
             for name, value in parse_qsl(parts.query, keep_blank_values=True)
         ],
         safe="*",

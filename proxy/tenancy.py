@@ -20,11 +20,9 @@ from urllib.parse import unquote_plus
 
 import orjson
 
-# Every header the proxy forwards that carries a credential: OpenAI's Authorization, Anthropic's
-# x-api-key, Google's x-goog-api-key, Azure's api-key.
-CREDENTIAL_HEADERS = ("authorization", "x-api-key", "x-goog-api-key", "api-key")
-# Query parameters that carry one (Google's `?key=`): the proxy forwards the query string.
-CREDENTIAL_PARAMETERS = frozenset({"key", "api_key", "api-key", "access_token"})
+from proxy.credentials import CREDENTIAL_HEADERS, CREDENTIAL_PARAMETERS
+
+# Every credential form the proxy forwards names the tenant (proxy/credentials.py).
 # An Authorization value with a scheme and no token is no credential.
 _EMPTY_SCHEMES = frozenset({"bearer", "basic"})
 

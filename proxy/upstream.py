@@ -8,9 +8,9 @@ from urllib.parse import unquote_plus
 
 import httpx
 
+from proxy.credentials import CREDENTIAL_HEADERS, CREDENTIAL_PARAMETERS
 from proxy.paths import UnsafePath
 from proxy.settings import UpstreamSettings
-from proxy.tenancy import CREDENTIAL_PARAMETERS
 
 __all__ = ["UnsafePath"]
 
@@ -35,9 +35,9 @@ HOP_BY_HOP = frozenset(
         b"content-length",
     }
 )
-# Every header form of a client credential (tenancy.CREDENTIAL_HEADERS): when a route spends a
-# key of its own, or the proxy's own keys are on, none of them travels upstream beside it.
-CLIENT_CREDENTIALS = frozenset({b"authorization", b"x-api-key", b"x-goog-api-key", b"api-key"})
+# When a route spends a key of its own, or the proxy's own keys are on, no header form of a
+# client credential travels upstream beside it.
+CLIENT_CREDENTIALS = frozenset(name.encode() for name in CREDENTIAL_HEADERS)
 
 RawHeaders = list[tuple[bytes, bytes]]
 
