@@ -184,16 +184,16 @@ async def repaired_stream(
                 out.append(event.raw)  # after its own error, the upstream's bytes as received
                 continue
             chunk = _as_chunk(event)
-            if chunk is not None and not chunk.get("error"):
+            if _is_upstream_error(event, chunk):
+                errored = True
+                count("upstream_error_event", 1)
+                out.append(event.raw)
+            elif chunk is not None:
                 items = chain.on_chunk(chunk, event.raw)
                 if len(items) == 1 and items[0][1] is not None:
                     out.append(items[0][1])  # the common case: untouched, as received
                 else:
                     out.append(emit(items))
-            elif _is_upstream_error(event, chunk):
-                errored = True
-                count("upstream_error_event", 1)
-                out.append(event.raw)
             elif not _is_done(event):  # [DONE] goes out once, after the closing chunks
                 out.append(event.raw)
         return b"".join(out) if len(out) != 1 else out[0]

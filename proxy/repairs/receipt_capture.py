@@ -19,10 +19,16 @@ _TEXT_FIELDS = ("text", "summary", "data")
 
 
 class FieldBuilder:
-    """One receipt field of one choice, fed from successive deltas."""
+    """One receipt field of one choice, fed from successive deltas. Past `limit` characters of
+    text it holds nothing more and is `oversized`: such a receipt would not be stored anyway
+    (`signatures.max_value_bytes`), and the evidence profile watches every stream, so an
+    upstream streaming endless reasoning must not grow the proxy with it."""
 
-    def __init__(self, rule: ReceiptRule) -> None:
+    def __init__(self, rule: ReceiptRule, limit: int | None = None) -> None:
         self.rule = rule
+        self.limit = limit
+        self.oversized = False
+        self._size = 0
         self._value: Any = None
         # `concat`: the text pieces so far, or None while the value is not text.
         self._text: list[str] | None = None
@@ -33,8 +39,13 @@ class FieldBuilder:
 
     def feed(self, source: dict[str, Any]) -> None:
         value = get_path(source, self.rule.path)
-        if value is None:
+        if value is None or self.oversized:
             return
+        if self.limit is not None:
+            self._size += _text_size(value)
+            if self._size > self.limit:
+                self._drop()
+                return
         if self.rule.merge == "concat" and isinstance(value, str):
             if self._text is None:  # text after nothing or after a non-text value starts anew
                 self._text = []
@@ -45,6 +56,13 @@ class FieldBuilder:
         else:
             self._text = None
             self._value = value
+
+    def _drop(self) -> None:
+        self.oversized = True
+        self._value = self._text = None
+        self._pieces.clear()
+        self._order.clear()
+        self._growing.clear()
 
     def value(self) -> Any:
         if self._order:
@@ -88,3 +106,18 @@ class FieldBuilder:
         for (key, name), parts in self._growing.items():
             self._pieces[key][name] = "".join(parts)
         self._growing.clear()
+
+
+def _text_size(value: Any) -> int:
+    """Characters of text a delta's field adds: a string, or the text fields of its pieces."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, list):
+        return sum(
+            len(text)
+            for piece in value
+            if isinstance(piece, dict)
+            for name in _TEXT_FIELDS
+            if isinstance(text := piece.get(name), str)
+        )
+    return 0

@@ -34,12 +34,16 @@ def text_key(text: str, prompt: str) -> str:
 
 class TextDigest:
     """`text_key` of a text that streams in pieces, without holding the text: the key
-    `text_key(text, prompt)` gives for the pieces joined. Only whitespace at the end so far is
-    held (it counts only if more text follows), so watching every stream for text-turn receipts
-    costs a hash update per piece, not a copy of every answer."""
+    `text_key(text, prompt)` gives for the pieces joined. Whitespace at the end so far counts
+    only if more text follows: up to HELD characters of it wait as text, beyond that they go
+    into a copy of the hash that takes over when text follows, so an upstream streaming
+    endless whitespace costs nothing either."""
+
+    HELD = 4096
 
     def __init__(self, prompt: str) -> None:
         self._hash = hashlib.sha256(f"{prompt.strip()}\x1f".encode())
+        self._tail: Any = None  # the hash with the whitespace beyond HELD, once there is such
         self._started = False
         self._pending = ""
         self.seen_text = False
@@ -55,11 +59,20 @@ class TextDigest:
                 return
             self._started = True
         core = piece.rstrip()
-        if not core:
-            self._pending += piece
-            return
-        self._hash.update((self._pending + core).encode())
-        self._pending = piece[len(core) :]
+        if core:
+            if self._tail is not None:
+                self._hash, self._tail = self._tail, None
+            self._hash.update((self._pending + core).encode())
+            self._pending = ""
+        self._hold(piece[len(core) :])
+
+    def _hold(self, whitespace: str) -> None:
+        self._pending += whitespace
+        if len(self._pending) > self.HELD:
+            if self._tail is None:
+                self._tail = self._hash.copy()
+            self._tail.update(self._pending.encode())
+            self._pending = ""
 
     def key(self) -> str:
         return "text:" + self._hash.hexdigest()[:32]

@@ -123,8 +123,11 @@ class ReceiptRepair(Repair):
                 named: tuple[str, str] | None = ("tool_turn", injection.turn_key(ids))
             else:
                 named = ("text_turn", text.key()) if text and text.seen_text else None
-            values = {b.rule.path: b.value() for b in self._fields.get(index, ())}
-            self._capture(named, values)
+            builders = self._fields.get(index, ())
+            if any(b.oversized for b in builders):
+                self._exchange.note("receipt_too_large", "not keeping an oversized receipt")
+                continue  # past max_value_bytes while it streamed: dropped then, not stored
+            self._capture(named, {b.rule.path: b.value() for b in builders})
         self._save(self._captured)
         return []
 
@@ -157,7 +160,7 @@ class ReceiptRepair(Repair):
         # (the evidence profile watches every stream, so this runs for every chunk).
         if self._message_fields and not self._message_fields.isdisjoint(delta):
             builders = self._fields.setdefault(
-                index, [FieldBuilder(rule) for rule in self._message_rules]
+                index, [FieldBuilder(rule, self._max_value_bytes) for rule in self._message_rules]
             )
             for builder in builders:
                 builder.feed(delta)

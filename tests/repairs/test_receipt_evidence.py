@@ -184,3 +184,27 @@ def test_a_streamed_texts_digest_is_the_key_of_the_whole_text(pieces, prompt) ->
         digest.feed(piece)
     assert digest.key() == text_key("".join(pieces), prompt)
     assert digest.seen_text == bool("".join(pieces))
+
+
+def test_endless_whitespace_is_hashed_not_held() -> None:
+    pieces = ["Hello", *([" " * 1000] * 50), "world", *([" \n" * 700] * 10)]
+    digest = TextDigest("q")
+    for piece in pieces:
+        digest.feed(piece)
+        assert len(digest._pending) <= TextDigest.HELD + 2100  # one piece past the bound, at most
+    assert digest.key() == text_key("".join(pieces), "q")
+
+
+def test_a_receipt_past_the_limit_stops_growing_while_it_streams() -> None:
+    # The evidence profile watches every stream: endless reasoning must not grow the proxy.
+    from proxy.repairs.receipt_capture import FieldBuilder
+
+    rule = PROFILES["generic"].rules("tool_turn")[-1]  # reasoning_content, concatenated
+    builder = FieldBuilder(rule, limit=1000)
+    for _ in range(100):
+        builder.feed({"reasoning_content": "x" * 100})
+    assert builder.oversized and builder.value() is None
+    h = Harness(GENERIC, max_value_bytes=1000)
+    exchange = h.stream(deepseek_stream(["y" * 600, "z" * 600], call("big")))
+    assert len(h.store) == 0
+    assert exchange.repairs["receipt_too_large"] == 1
