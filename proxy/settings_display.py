@@ -28,8 +28,6 @@ def masked(settings: Settings, environ: Mapping[str, str]) -> dict[str, Any]:
     return document
 
 
-
-
 def _mask_url(url: str) -> str:
     """A password in a URL (redis://:secret@host, ?password=, ?key=) is a secret too."""
     parts = urlsplit(url)
