@@ -20,7 +20,7 @@ it was recorded:
 Each response is one row; the columns are the clients, each run against a fake upstream that
 serves the body (direct) and against the proxy in front of that fake (proxy):
 
-    wire      the bytes the client got: proxy.conformance's rules (one [DONE], last; one
+    wire      the bytes the client got: proxy.repair.conformance's rules (one [DONE], last; one
               finish per choice; calls opened with index/id/type/name, indexes from 0; each
               call in one delta for the atomic proxy), for SSE only; direct, the rules of a
               proper incremental stream
@@ -62,10 +62,10 @@ from starlette.requests import Request  # noqa: E402
 from starlette.responses import Response  # noqa: E402
 from starlette.routing import Route  # noqa: E402
 
-from proxy.app import create_app  # noqa: E402
-from proxy.conformance import violations  # noqa: E402
-from proxy.settings import Settings  # noqa: E402
-from proxy.sse import DONE, SSEDecoder  # noqa: E402
+from proxy.server.app import create_app  # noqa: E402
+from proxy.repair.conformance import violations  # noqa: E402
+from proxy.settings.schema import Settings  # noqa: E402
+from proxy.wire.sse import DONE, SSEDecoder  # noqa: E402
 from tests.clients.vercel import SDK_VERSIONS, run_vercel  # noqa: E402
 from tests.fake_upstream import split_events  # noqa: E402
 from tests.servers import serve_in_thread  # noqa: E402

@@ -16,7 +16,7 @@ Processes, all on 127.0.0.1, each its own process group, all ended in `finally`:
   **litellm** (`litellm[proxy]` in bench/results/litellm-venv, installed when missing, an
   OpenAI-compatible passthrough `openai/*` to the same fake); with `--compare-clients` also
   **do-nothing-httpx** (do-nothing with `server.upstream_client = "httpx"`: the upstream client
-  proxy/http1.py replaced), so the client's own effect is a ratio of two columns of one run;
+  proxy/upstream/http1.py replaced), so the client's own effect is a ratio of two columns of one run;
 - the load generator (bench/perf_load.py): raw asyncio HTTP/1.1 client, one process, jobs
   over a pipe.
 
@@ -24,7 +24,7 @@ Phases run metric by metric, each over every target in turn, so that a noisy mom
 machine lands on all targets alike (LiteLLM aside, see below):
 
 1. correctness: one answer per stream kind from every target; streamfix's tool-call streams
-   must pass `proxy.conformance.violations` and carry exactly the fake's calls (checked again
+   must pass `proxy.repair.conformance.violations` and carry exactly the fake's calls (checked again
    after the load);
 2. memory: idle RSS, then RSS with N slow streams held open (per-stream cost);
 3. added latency: concurrency 1, non-streamed and a 20-event stream, targets interleaved
@@ -80,7 +80,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from perf_fake import expected_calls
 from perf_procs import HOST, cpu_seconds, free_port, start, stop
 
-from proxy.conformance import stream_chunks, violations
+from proxy.repair.conformance import stream_chunks, violations
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -1282,7 +1282,7 @@ def own_block_notes(lat: dict) -> list[str]:
 
 COLUMN_NOTES = {
     "do-nothing-httpx": 'do-nothing (httpx): do-nothing with server.upstream_client = "httpx" '
-    "(httpx's transport, as before proxy/http1.py); not run in the growth phase."
+    "(httpx's transport, as before proxy/upstream/http1.py); not run in the growth phase."
 }
 
 

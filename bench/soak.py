@@ -16,7 +16,7 @@ Three processes, all on 127.0.0.1:
   streamed request after another until `--seconds` have passed. A `--disconnect-fraction` of
   the streams are abandoned at a random moment before their end.
 
-Before the load, one request per kind is checked with `proxy.conformance.violations` and its
+Before the load, one request per kind is checked with `proxy.repair.conformance.violations` and its
 calls or text compared with what the fake sent; that answer is the reference. A later answer
 must equal the reference with the sequence number swapped in (a pure byte substitution: the
 number is fixed-width), byte for byte; an abandoned stream must have received a prefix of it.
@@ -58,7 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from processes import proxy_environ, stop, wait_ready
 
-from proxy.conformance import stream_chunks, violations
+from proxy.repair.conformance import stream_chunks, violations
 
 ROOT = Path(__file__).resolve().parents[1]
 MiB = 1024 * 1024

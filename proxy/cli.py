@@ -11,8 +11,8 @@ from pathlib import Path
 
 import orjson
 
-from proxy.auth import parse_keys
-from proxy.settings import PROFILE_NAMES, ConfigError, Settings
+from proxy.server.auth import parse_keys
+from proxy.settings.schema import PROFILE_NAMES, ConfigError, Settings
 
 # The parent's effective settings, for worker processes (they cannot receive objects).
 SETTINGS_ENVIRONMENT = "STREAMFIX_EFFECTIVE_SETTINGS"
@@ -82,9 +82,9 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from proxy.app import create_app
-    from proxy.logs import configure_logging
-    from proxy.serving import run, uvicorn_config
+    from proxy.server.app import create_app
+    from proxy.server.logs import configure_logging
+    from proxy.server.serving import run, uvicorn_config
 
     settings = _settings(args)
     configure_logging(args.log_level, settings.server.log_format)
@@ -107,8 +107,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 def app_from_environment() -> object:
     """Worker processes build their app from the settings the parent resolved."""
-    from proxy.app import create_app
-    from proxy.logs import configure_logging
+    from proxy.server.app import create_app
+    from proxy.server.logs import configure_logging
 
     settings = Settings.from_dict(orjson.loads(os.environ[SETTINGS_ENVIRONMENT]))
     configure_logging(os.environ.get(LOG_LEVEL_ENVIRONMENT, "info"), settings.server.log_format)
@@ -116,7 +116,7 @@ def app_from_environment() -> object:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from proxy.logs import configure_logging
+    from proxy.server.logs import configure_logging
     from proxy.replay_check import check_directory
 
     configure_logging("error")  # the report is the output; repairs' notes would bury it
@@ -139,7 +139,7 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _config(args: argparse.Namespace) -> int:
-    from proxy.settings_display import masked
+    from proxy.settings.display import masked
 
     document = masked(_settings(args), os.environ)
     print(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())

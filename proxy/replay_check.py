@@ -9,11 +9,11 @@ from pathlib import Path
 
 import httpx
 
-from proxy.app import create_app
-from proxy.cassettes import Cassette
-from proxy.conformance import violations
-from proxy.recording import ReplayTransport
-from proxy.settings import Settings
+from proxy.server.app import create_app
+from proxy.upstream.cassettes import Cassette
+from proxy.repair.conformance import violations
+from proxy.upstream.recording import ReplayTransport
+from proxy.settings.schema import Settings
 
 
 @dataclass

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from proxy.app import create_app
-from proxy.settings import Settings
+from proxy.server.app import create_app
+from proxy.settings.schema import Settings
 from tests.fake_upstream import FakeUpstream, running_fake_upstream
 from tests.loops import run  # noqa: F401 (the `run` fixture: a test's coroutine on each loop)
 from tests.servers import serve_in_thread

@@ -34,9 +34,9 @@ from urllib.parse import urlsplit
 
 import openai
 
-from proxy.app import create_app
-from proxy.cassettes import Cassette
-from proxy.settings import Settings
+from proxy.server.app import create_app
+from proxy.upstream.cassettes import Cassette
+from proxy.settings.schema import Settings
 from tests.fake_upstream import (
     Chunking,
     FakeUpstream,

@@ -53,7 +53,7 @@ def serving_in_thread(app: Any, *, startup_timeout: float = 10.0) -> Iterator[Se
 def serving_config_in_thread(
     config: uvicorn.Config, *, startup_timeout: float = 10.0
 ) -> Iterator[Served]:
-    """Serve a ready-made Config on its host and port, e.g. `proxy.serving.uvicorn_config`'s,
+    """Serve a ready-made Config on its host and port, e.g. `proxy.server.serving.uvicorn_config`'s,
     the options and protocol `streamfix serve` runs."""
     port = config.port
     server = uvicorn.Server(config)

@@ -9,13 +9,13 @@ from typing import Any
 import httpx
 import orjson
 
-from proxy.conformance import stream_chunks
-from proxy.exchange import Exchange
-from proxy.pipeline import RepairChain, repaired_stream
-from proxy.repairs import default_repairs
-from proxy.settings import Settings
-from proxy.sse import SSEDecoder
-from proxy.store import MemoryStore
+from proxy.repair.conformance import stream_chunks
+from proxy.repair.exchange import Exchange
+from proxy.repair.pipeline import RepairChain, repaired_stream
+from proxy.repair.repairs import default_repairs
+from proxy.settings.schema import Settings
+from proxy.wire.sse import SSEDecoder
+from proxy.repair.receipts.store import MemoryStore
 
 
 def repair_stream(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from proxy.conformance import stream_chunks, violations
+from proxy.repair.conformance import stream_chunks, violations
 from tests.conftest import running_proxy
 from tests.fake_upstream import FakeUpstream, load_transcript, running_fake_upstream
 from tests.servers import free_port

@@ -1,4 +1,4 @@
-"""Bounded decoding of compressed upstream bodies (proxy/body_decoding.py): a bomb costs the
+"""Bounded decoding of compressed upstream bodies (proxy/upstream/body_decoding.py): a bomb costs the
 proxy at most its limit plus one piece, whatever one network read inflates to."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from proxy.body_decoding import PIECE, UndecodableBody, decoded, decoder_for, read_limited
-from proxy.limits import LimitExceeded
+from proxy.upstream.body_decoding import PIECE, UndecodableBody, decoded, decoder_for, read_limited
+from proxy.wire.limits import LimitExceeded
 
 MIB = 1024 * 1024
 

@@ -1,7 +1,7 @@
 """Slow and idle clients cannot pin the proxy (issue 13, item 7).
 
 Over real sockets on 127.0.0.1, against uvicorn running the proxy with the options and protocol
-`streamfix serve` uses (`proxy.serving.uvicorn_config`), with short limits:
+`streamfix serve` uses (`proxy.server.serving.uvicorn_config`), with short limits:
 
 - a connection that sends nothing is closed after `server.header_timeout_seconds`; a head
   dripped a byte at a time gets 408 and is closed, on a fresh connection as on a kept-alive
@@ -36,12 +36,12 @@ import orjson
 import pytest
 from starlette.requests import ClientDisconnect, Request
 
-from proxy.app import create_app
-from proxy.body_limits import BodyBudget
-from proxy.chat_request import read_body
-from proxy.errors import ClientError
-from proxy.serving import uvicorn_config
-from proxy.settings import ConfigError, Settings
+from proxy.server.app import create_app
+from proxy.server.body_limits import BodyBudget
+from proxy.server.chat_request import read_body
+from proxy.server.errors import ClientError
+from proxy.server.serving import uvicorn_config
+from proxy.settings.schema import ConfigError, Settings
 from tests.fake_upstream import FakeUpstream, running_fake_upstream
 from tests.redis_server import RedisServer, started_redis_server
 from tests.servers import Served, free_port, serving_config_in_thread

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from proxy.settings import ENVIRONMENT_KEYS, Settings
+from proxy.settings.schema import ENVIRONMENT_KEYS, Settings
 from tests.conftest import running_proxy
 from tests.servers import free_port
 

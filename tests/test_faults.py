@@ -26,9 +26,9 @@ import httpx
 import orjson
 import pytest
 
-from proxy.app import create_app
-from proxy.conformance import stream_chunks, violations
-from proxy.settings import Settings
+from proxy.server.app import create_app
+from proxy.repair.conformance import stream_chunks, violations
+from proxy.settings.schema import Settings
 from tests.conftest import running_proxy
 from tests.fake_upstream import FakeUpstream, running_fake_upstream
 from tests.servers import free_port, serving_in_thread

@@ -9,7 +9,7 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.sse import SSEDecoder
+from proxy.wire.sse import SSEDecoder
 from tests.streams import repair_stream
 
 SCALARS = st.one_of(

@@ -1,4 +1,4 @@
-"""Happy Eyeballs in the own client (proxy/happy_eyeballs.py, Http1Transport._connect): a host
+"""Happy Eyeballs in the own client (proxy/upstream/happy_eyeballs.py, Http1Transport._connect): a host
 name's addresses are raced, so a dead first one costs 250 ms rather than the connect timeout.
 
 The loop's resolver (`loop.getaddrinfo`) is replaced by one that gives loopback addresses of
@@ -18,9 +18,9 @@ import httpx
 import pytest
 import trustme
 
-from proxy import happy_eyeballs
-from proxy.happy_eyeballs import interleave
-from proxy.http1 import Http1Transport
+from proxy.upstream import happy_eyeballs
+from proxy.upstream.happy_eyeballs import interleave
+from proxy.upstream.http1 import Http1Transport
 from tests.egress_servers import (
     TIMEOUTS,
     Upstream,

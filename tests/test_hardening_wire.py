@@ -156,8 +156,8 @@ def test_unexpected_errors_off_the_chat_route_answer_in_openais_format() -> None
         async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
             raise RuntimeError("a bug")
 
-    from proxy.app import create_app
-    from proxy.settings import Settings
+    from proxy.server.app import create_app
+    from proxy.settings.schema import Settings
     from tests.servers import serve_in_thread
 
     settings = Settings().with_values({"upstream.base_url": "http://127.0.0.1:9/v1"})

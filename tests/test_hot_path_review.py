@@ -17,9 +17,9 @@ import httpx
 import pytest
 import uvicorn
 
-from proxy.app import create_app
-from proxy.http1 import Http1Transport
-from proxy.settings import Settings
+from proxy.server.app import create_app
+from proxy.upstream.http1 import Http1Transport
+from proxy.settings.schema import Settings
 from tests.servers import free_port, serving_in_thread
 from tests.test_faults import (
     LAST_CHUNK,

@@ -1,4 +1,4 @@
-"""`POST /v1/chat/completions` skips Starlette's router and middlewares (proxy/asgi.py): it must
+"""`POST /v1/chat/completions` skips Starlette's router and middlewares (proxy/server/asgi.py): it must
 still answer like the rest of the proxy, bugs of ours included, and leave other paths alone."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import time
 import httpx
 import pytest
 
-from proxy.app import create_app
-from proxy.delivery import relay
-from proxy.settings import Settings
+from proxy.server.app import create_app
+from proxy.server.delivery import relay
+from proxy.settings.schema import Settings
 from tests.servers import serve_in_thread
 
 SSE = b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\ndata: [DONE]\n\n'
@@ -42,7 +42,7 @@ def served(transport: httpx.AsyncBaseTransport):
 def test_an_unexpected_error_is_a_500_in_openais_format_and_the_proxy_goes_on(caplog) -> None:
     transport = BrokenOnceTransport()
     with served(transport) as url:
-        with caplog.at_level("ERROR", logger="proxy.asgi"):
+        with caplog.at_level("ERROR", logger="proxy.server.asgi"):
             failed = httpx.post(f"{url}/v1/chat/completions", json={**BODY, "stream": True})
         after = httpx.post(f"{url}/v1/chat/completions", json={**BODY, "stream": True})
     assert failed.status_code == 500

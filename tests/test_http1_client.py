@@ -1,4 +1,4 @@
-"""The upstream HTTP/1.1 client (proxy/http1.py, proxy/http1_connection.py) driven directly,
+"""The upstream HTTP/1.1 client (proxy/upstream/http1.py, proxy/upstream/http1_connection.py) driven directly,
 against small scripted asyncio servers, under both the default event loop and uvloop.
 
 The tests are plain functions that hand a coroutine to the `run` fixture rather than pytest-asyncio
@@ -22,8 +22,8 @@ import pytest
 import trustme
 import uvloop
 
-from proxy.http1 import Http1Transport
-from proxy.http1_connection import CUT_SHORT, HIGH_WATER, NO_RESPONSE, Connection
+from proxy.upstream.http1 import Http1Transport
+from proxy.upstream.http1_connection import CUT_SHORT, HIGH_WATER, NO_RESPONSE, Connection
 from tests.loops import LOOPS, client_context, server_context  # noqa: F401
 
 WAIT = 3.0  # any single await that should complete

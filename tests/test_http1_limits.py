@@ -16,8 +16,8 @@ import time
 import httpx
 import pytest
 
-from proxy.http1 import Http1Transport, ResponseTooLarge
-from proxy.http1_connection import MAX_FIELDS, MAX_HEAD_BYTES
+from proxy.upstream.http1 import Http1Transport, ResponseTooLarge
+from proxy.upstream.http1_connection import MAX_FIELDS, MAX_HEAD_BYTES
 from tests.conftest import running_proxy
 from tests.test_faults import Reply, assert_openai_error, raw_upstream
 from tests.test_http1_client import (

@@ -22,8 +22,8 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.http1 import RETRIED, ClosedWithoutResponse, Http1Transport, NotRetried
-from proxy.pool import SHARDS
+from proxy.upstream.http1 import RETRIED, ClosedWithoutResponse, Http1Transport, NotRetried
+from proxy.upstream.transports import SHARDS
 from tests.conftest import running_proxy
 from tests.keepalive_upstream import Answer, KeepAliveUpstream, Received, Script, ok
 from tests.test_faults import assert_openai_error

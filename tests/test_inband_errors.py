@@ -18,7 +18,7 @@ import openai
 import orjson
 import pytest
 
-from proxy.conformance import stream_chunks
+from proxy.repair.conformance import stream_chunks
 from tests.clients.vercel import SDK_VERSIONS, run_vercel
 from tests.conftest import running_proxy
 from tests.fake_upstream import load_transcript, running_fake_upstream

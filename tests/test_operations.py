@@ -30,7 +30,7 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.conformance import violations
+from proxy.repair.conformance import violations
 from tests.fake_upstream import FakeUpstream, load_transcript, running_fake_upstream
 from tests.redis_server import RedisServer, started_redis_server
 from tests.servers import free_port

@@ -43,8 +43,8 @@ import pytest
 import redis
 from starlette.applications import Starlette
 
-from proxy.app import create_app
-from proxy.settings import Settings
+from proxy.server.app import create_app
+from proxy.settings.schema import Settings
 from tests.clients.vercel import VercelDriverError, ensure_node_modules, run_vercel_agent
 from tests.conftest import running_proxy
 from tests.fake_upstream import running_fake_upstream

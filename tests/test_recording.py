@@ -34,9 +34,9 @@ import openai
 import orjson
 import pytest
 
-from proxy.cassettes import Cassette
-from proxy.conformance import violations
-from proxy.recording import ReplayTransport
+from proxy.upstream.cassettes import Cassette
+from proxy.repair.conformance import violations
+from proxy.upstream.recording import ReplayTransport
 from tests.clients.vercel import run_vercel, run_vercel_agent
 from tests.conftest import running_proxy
 from tests.fake_upstream import (

@@ -8,9 +8,9 @@ import re
 import httpx
 import pytest
 
-from proxy.app import create_app
-from proxy.routing import Router
-from proxy.settings import ConfigError, Settings
+from proxy.server.app import create_app
+from proxy.upstream.routes import Router
+from proxy.settings.schema import ConfigError, Settings
 from tests.fake_upstream import running_fake_upstream
 from tests.servers import serve_in_thread
 

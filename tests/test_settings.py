@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from proxy.settings import GEMINI_OPENAI_BASE_URL, ConfigError, Settings
+from proxy.settings.schema import GEMINI_OPENAI_BASE_URL, ConfigError, Settings
 from tests.fake_upstream import running_fake_upstream
 from tests.servers import free_port
 

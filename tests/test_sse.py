@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.sse import DONE, EventTooLarge, SSEDecoder, encode
+from proxy.wire.sse import DONE, EventTooLarge, SSEDecoder, encode
 
 STREAM = (
     b": keep-alive\n\n"

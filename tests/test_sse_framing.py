@@ -19,8 +19,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.conformance import stream_chunks, violations
-from proxy.sse import DONE, SSEDecoder, terminated
+from proxy.repair.conformance import stream_chunks, violations
+from proxy.wire.sse import DONE, SSEDecoder, terminated
 from tests.conftest import running_proxy
 from tests.fake_upstream import byte_chunks, load_transcript, running_fake_upstream
 from tests.streams import assembled_calls, content, finish_reasons, repair_stream
@@ -89,12 +89,12 @@ def test_splitting_does_not_depend_on_where_the_bytes_were_cut(cuts: list[int]) 
 
 
 def test_a_normal_stream_costs_no_json_parse_in_the_decoder(monkeypatch) -> None:
-    import proxy.sse
+    import proxy.wire.sse
 
     def no_parse(raw: bytes) -> None:
         raise AssertionError("the decoder parsed JSON for a well-framed stream")
 
-    monkeypatch.setattr(proxy.sse.json_codec, "loads", no_parse)
+    monkeypatch.setattr(proxy.wire.sse.json_codec, "loads", no_parse)
     body = load_transcript("openai_indexed_fragmented").sse
     events, decoder = decode(body, byte_chunks(body))
     assert len(events) == body.count(b"\n\n") and decoder.splits == 0

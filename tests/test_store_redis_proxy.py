@@ -22,7 +22,7 @@ import httpx
 import pytest
 import redis
 
-from proxy.conformance import violations
+from proxy.repair.conformance import violations
 from tests.conftest import running_proxy
 from tests.fake_upstream import FakeUpstream, load_transcript, running_fake_upstream
 from tests.redis_server import RedisServer, started_redis_server

@@ -24,11 +24,11 @@ import httpx
 import orjson
 import pytest
 
-from proxy.app import Proxy
-from proxy.auth import parse_keys
-from proxy.logs import JsonFormatter, TextFormatter, configure_logging, escape_controls
-from proxy.settings import ConfigError, Settings
-from proxy.tenancy import ReceiptScope, tenant_of
+from proxy.server.app import Proxy
+from proxy.server.auth import parse_keys
+from proxy.server.logs import JsonFormatter, TextFormatter, configure_logging, escape_controls
+from proxy.settings.schema import ConfigError, Settings
+from proxy.repair.tenancy import ReceiptScope, tenant_of
 from tests.conftest import running_proxy
 from tests.fake_upstream import running_fake_upstream
 from tests.gemini_upstream import (
@@ -298,7 +298,7 @@ def test_streamfix_serve_exits_2_on_blank_proxy_keys() -> None:
 
 # ── text logs ────────────────────────────────────────────────────────────────
 
-FORGED_MODEL = "m\n2026-01-01 INFO proxy.app forged\r\x1b[2K\x1b[1Aclean\x00\x7f\x9b\u2028end"
+FORGED_MODEL = "m\n2026-01-01 INFO proxy.server.app forged\r\x1b[2K\x1b[1Aclean\x00\x7f\x9b\u2028end"
 
 
 def installed_text_formatter() -> logging.Formatter:
@@ -325,12 +325,12 @@ def test_a_model_with_control_characters_cannot_forge_a_log_line(
     with running_fake_upstream() as (_, root), running_proxy(f"{root}/v1") as proxy:
         body = {"model": FORGED_MODEL, "messages": [{"role": "user", "content": "hi"}]}
         httpx.post(f"{proxy}/v1/chat/completions", json=body, timeout=TIMEOUT)
-    (record,) = [r for r in caplog.records if r.name == "proxy.app" and "route=" in r.msg]
+    (record,) = [r for r in caplog.records if r.name == "proxy.server.app" and "route=" in r.msg]
     assert FORGED_MODEL in record.getMessage()  # the record itself is what was sent
     line = installed_text_formatter().format(record)
     assert len(line.splitlines()) == 1, line
     assert not re.search("[\x00-\x1f\x7f-\x9f\u2028\u2029]", line), repr(line)
-    assert "model=m\\n2026-01-01 INFO proxy.app forged\\r\\x1b[2K\\x1b[1Aclean" in line
+    assert "model=m\\n2026-01-01 INFO proxy.server.app forged\\r\\x1b[2K\\x1b[1Aclean" in line
     assert "\\x00\\x7f\\x9b\\u2028end" in line
     json_line = JsonFormatter().format(record)
     assert len(json_line.splitlines()) == 1, repr(json_line)
@@ -342,7 +342,7 @@ def test_ordinary_lines_are_unchanged_and_tracebacks_keep_their_lines() -> None:
     plain = logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s")
     text = TextFormatter()
     record = logging.LogRecord(
-        "proxy.app", logging.INFO, "f", 1, "[%s] route=%s é ✓", ("r", "x"), None
+        "proxy.server.app", logging.INFO, "f", 1, "[%s] route=%s é ✓", ("r", "x"), None
     )
     assert text.format(record) == plain.format(record)
     try:

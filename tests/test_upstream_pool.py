@@ -8,10 +8,10 @@ import logging
 import httpx
 import pytest
 
-from proxy.app import create_app
-from proxy.http1 import RETRIED
-from proxy.pool import ShardedTransport
-from proxy.settings import Settings
+from proxy.server.app import create_app
+from proxy.upstream.http1 import RETRIED
+from proxy.upstream.transports import ShardedTransport
+from proxy.settings.schema import Settings
 from tests.servers import serve_in_thread
 
 SSE = b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\ndata: [DONE]\n\n'

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from proxy.app import create_app
-from proxy.settings import Settings
+from proxy.server.app import create_app
+from proxy.settings.schema import Settings
 from tests.clients.vercel import ensure_node_modules
 from tests.fake_upstream import FakeUpstream, running_fake_upstream
 from tests.servers import serve_in_thread

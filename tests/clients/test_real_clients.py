@@ -47,7 +47,7 @@ TRANSCRIPTS = [name for name in transcript_names() if name.startswith(UPSTREAM_P
 NOT_REPAIRABLE_INCREMENTALLY = {"vllm_args_tail_under_next_index"}
 
 
-# The proxy's made-up ids (proxy/ids.py): `call_` and 24 hex digits.
+# The proxy's made-up ids (proxy/repair/calls/ids.py): `call_` and 24 hex digits.
 GENERATED_ID = re.compile(r"call_[0-9a-f]{24}")
 
 MESSAGES = [{"role": "user", "content": "go"}]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from proxy.repairs.arguments import ArgumentLeakRepair
+from proxy.repair.calls.arguments import ArgumentLeakRepair
 from tests.streams import assembled_calls, repair_stream, sse
 
 CALLS = [
@@ -94,8 +94,8 @@ def test_valid_arguments_are_untouched() -> None:
 def test_non_streamed_leak_and_empty_arguments_are_mended() -> None:
     import asyncio
 
-    from proxy.exchange import Exchange
-    from proxy.repairs.tool_calls import ToolCallRepair
+    from proxy.repair.exchange import Exchange
+    from proxy.repair.repairs.tool_calls import ToolCallRepair
 
     def call(i: int, text: str) -> dict:
         return {"id": f"c{i}", "type": "function", "function": {"name": "f", "arguments": text}}

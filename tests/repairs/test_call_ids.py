@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import re
 
-from proxy.exchange import Exchange
-from proxy.repairs.call_ids import ReusedCallIdRepair
+from proxy.repair.exchange import Exchange
+from proxy.repair.repairs.call_ids import ReusedCallIdRepair
 from tests.fake_upstream import load_transcript
 from tests.streams import assembled_calls, repair_stream, sse
 

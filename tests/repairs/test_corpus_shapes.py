@@ -4,7 +4,7 @@ shapes themselves: mistral_*, dashscope_*, glm_*, gateway_*, minimax_*, snowflak
 
 from __future__ import annotations
 
-from proxy.conformance import stream_chunks, violations
+from proxy.repair.conformance import stream_chunks, violations
 from tests.streams import content, finish_reasons, repair_stream, sse
 
 ENVELOPE = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
@@ -72,8 +72,8 @@ def test_usage_after_the_finish_keeps_its_usage_with_an_empty_delta() -> None:
 
 def test_flattened_content_blocks_are_counted() -> None:
     # Every change the proxy makes has a kind and a count.
-    from proxy.exchange import Exchange
-    from proxy.repairs.tool_calls import ToolCallRepair
+    from proxy.repair.exchange import Exchange
+    from proxy.repair.repairs.tool_calls import ToolCallRepair
 
     exchange = Exchange("r")
     repair = ToolCallRepair(exchange)

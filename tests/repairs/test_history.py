@@ -8,8 +8,8 @@ import copy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.exchange import Exchange
-from proxy.repairs.history import NO_RESULT, HistoryRepair
+from proxy.repair.exchange import Exchange
+from proxy.repair.repairs.history import NO_RESULT, HistoryRepair
 
 
 def call(call_id: str) -> dict:
@@ -93,9 +93,9 @@ def test_the_open_webui_broken_round_is_healed() -> None:
 
 
 def test_repair_can_be_turned_off() -> None:
-    from proxy.repairs import default_repairs
-    from proxy.settings import Settings
-    from proxy.store import MemoryStore
+    from proxy.repair.repairs import default_repairs
+    from proxy.settings.schema import Settings
+    from proxy.repair.receipts.store import MemoryStore
 
     repairs = default_repairs(
         Settings().with_values({"history.repair": False}), Exchange("r"), MemoryStore(1, 1)

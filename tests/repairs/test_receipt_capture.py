@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from proxy.exchange import Exchange
-from proxy.profiles import PROFILES, ReceiptRule, profile_for
-from proxy.repairs.receipt_capture import FieldBuilder
-from proxy.repairs.receipts import ReceiptRepair
-from proxy.store import MemoryStore
-from proxy.tenancy import ReceiptScope
+from proxy.repair.exchange import Exchange
+from proxy.repair.profiles import PROFILES, ReceiptRule, profile_for
+from proxy.repair.receipts.capture import FieldBuilder
+from proxy.repair.repairs.receipts import ReceiptRepair
+from proxy.repair.receipts.store import MemoryStore
+from proxy.repair.tenancy import ReceiptScope
 
 DEEPSEEK = PROFILES["deepseek"]
 OPENROUTER = PROFILES["openrouter"]

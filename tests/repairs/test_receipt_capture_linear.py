@@ -16,12 +16,12 @@ import tracemalloc
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from proxy.exchange import Exchange
-from proxy.profiles import PROFILES, ReceiptRule
-from proxy.repairs.receipt_capture import FieldBuilder
-from proxy.repairs.receipts import ReceiptRepair
-from proxy.store import MemoryStore
-from proxy.tenancy import ReceiptScope
+from proxy.repair.exchange import Exchange
+from proxy.repair.profiles import PROFILES, ReceiptRule
+from proxy.repair.receipts.capture import FieldBuilder
+from proxy.repair.repairs.receipts import ReceiptRepair
+from proxy.repair.receipts.store import MemoryStore
+from proxy.repair.tenancy import ReceiptScope
 
 CONCAT = ReceiptRule("reasoning_content", ("reasoning_content",), "tool_turn", "concat")
 BY_INDEX = ReceiptRule("reasoning_details", ("reasoning_details",), "tool_turn", "by_index")

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.profiles import PROFILES, SKIP_SIGNATURE_VALIDATOR, profile_for
-from proxy.repairs.receipt_injection import TextDigest, text_key
+from proxy.repair.profiles import PROFILES, SKIP_SIGNATURE_VALIDATOR, profile_for
+from proxy.repair.receipts.injection import TextDigest, text_key
 from tests.repairs.test_receipt_capture import (
     Harness,
     call,
@@ -197,7 +197,7 @@ def test_endless_whitespace_is_hashed_not_held() -> None:
 
 def test_a_receipt_past_the_limit_stops_growing_while_it_streams() -> None:
     # The evidence profile watches every stream: endless reasoning must not grow the proxy.
-    from proxy.repairs.receipt_capture import FieldBuilder
+    from proxy.repair.receipts.capture import FieldBuilder
 
     rule = PROFILES["generic"].rules("tool_turn")[-1]  # reasoning_content, concatenated
     builder = FieldBuilder(rule, limit=1000)

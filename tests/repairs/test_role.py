@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from proxy.exchange import Exchange
-from proxy.repairs.role import SingleRoleRepair
+from proxy.repair.exchange import Exchange
+from proxy.repair.repairs.role import SingleRoleRepair
 
 ENVELOPE = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "gemini"}
 

@@ -17,9 +17,9 @@ import httpx
 import openai
 import pytest
 
-from proxy.conformance import stream_chunks
-from proxy.exchange import Exchange
-from proxy.repairs.role import SingleRoleRepair
+from proxy.repair.conformance import stream_chunks
+from proxy.repair.exchange import Exchange
+from proxy.repair.repairs.role import SingleRoleRepair
 from tests.conftest import running_proxy
 from tests.fake_upstream import load_transcript, running_fake_upstream
 from tests.streams import repair_stream

@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from proxy.conformance import stream_chunks, violations
+from proxy.repair.conformance import stream_chunks, violations
 from tests.fake_upstream import load_transcript, transcript_names
 from tests.streams import assembled_calls, content, finish_reasons, repair_stream, sse
 

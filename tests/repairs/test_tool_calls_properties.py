@@ -7,7 +7,7 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.conformance import stream_chunks, violations
+from proxy.repair.conformance import stream_chunks, violations
 from tests.streams import assembled_calls, finish_reasons, repair_stream, sse
 
 NAMES = st.sampled_from(["read", "write", "search_web", "get_weather", "bash"])

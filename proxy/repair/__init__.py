@@ -1,0 +1,1 @@
+"""The repair domain: one exchange's facts, the provider profiles, the chain and its stream loop, and what the repairs share."""

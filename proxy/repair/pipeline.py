@@ -1,0 +1,215 @@
+"""The repair chain: the contract every repair implements, and the streaming loop that runs it.
+
+Only JSON `data:` events reach repairs. Comments, `event:`-typed events and data that is not a
+JSON object pass through byte for byte. `[DONE]` belongs to the pipeline and goes out once, and
+only when the upstream ended cleanly: a truncated answer must not look complete.
+
+An upstream's own in-band error (Groq's `event: error` with `tool_use_failed`, OpenRouter's
+chunk with a top-level `error` inside an HTTP 200 stream) ends the repairs: it and everything
+after it go out as received, and nothing is invented after it, neither the repairs' closing
+chunks (a finish "stop" would turn the failure into a normal end for the AI SDK) nor a
+`[DONE]` the upstream did not send itself. Calls still held back for atomic emission are not
+sent: the turn failed, and its calls with it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+from proxy.wire import json_codec
+from proxy.wire.limits import LimitExceeded
+from proxy.wire.sse import DONE, SSEDecoder, SSEEvent, encode
+
+logger = logging.getLogger(__name__)
+
+Chunk = dict[str, Any]
+Count = Callable[[str, int], None]
+
+
+def _uncounted(kind: str, amount: int) -> None:
+    """The default `count`: a stream run without an exchange to book on."""
+
+
+class Repair:
+    """One independent fix. A fresh instance per exchange; override only the hooks you need."""
+
+    async def on_request(self, body: dict[str, Any]) -> bool:
+        """Edit the request body in place; return True when it changed."""
+        return False
+
+    def on_chunk(self, chunk: Chunk) -> list[Chunk] | None:
+        """The hot path: synchronous, no I/O. None means "untouched" (the original bytes go
+        out); a list replaces the chunk (empty drops it, several split it)."""
+        return None
+
+    def wants_chunks(self) -> bool:
+        """Whether `on_chunk` has anything to do in this exchange; asked once, when the chain
+        is built, so a repair with nothing to watch costs nothing per chunk."""
+        return type(self).on_chunk is not Repair.on_chunk
+
+    async def on_end(self) -> list[Chunk]:
+        """The upstream stream ended cleanly: chunks to send before `[DONE]`."""
+        return []
+
+    async def on_response(self, body: dict[str, Any]) -> bool:
+        """Edit a non-streamed completion in place; return True when it changed."""
+        return False
+
+
+class RepairChain:
+    def __init__(self, repairs: Sequence[Repair], *, strict: bool = False) -> None:
+        self.repairs = list(repairs)
+        self.strict = strict
+        # Per chunk, only the repairs with something to do run (HistoryRepair never has).
+        self._chunk_repairs = [
+            (position, repair)
+            for position, repair in enumerate(self.repairs)
+            if repair.wants_chunks()
+        ]
+
+    async def on_request(self, body: dict[str, Any]) -> bool:
+        changed = False
+        for repair in self.repairs:
+            changed |= bool(await self._guard_async(repair, repair.on_request, body))
+        return changed
+
+    async def on_response(self, body: dict[str, Any]) -> bool:
+        changed = False
+        for repair in self.repairs:
+            changed |= bool(await self._guard_async(repair, repair.on_response, body))
+        return changed
+
+    def on_chunk(
+        self, chunk: Chunk, raw: bytes | None, start: int = 0
+    ) -> list[tuple[Chunk, bytes | None]]:
+        """Run `chunk` through repairs[start:]; pairs keep the raw bytes while nothing changed."""
+        # The hot loop: most chunks pass every repair untouched, so no lists are built for them,
+        # and the guard is inlined rather than one more call per repair per chunk.
+        for position, repair in self._chunk_repairs:
+            if position < start:
+                continue
+            try:
+                result = repair.on_chunk(chunk)
+            except LimitExceeded:
+                raise  # the upstream outgrew a bound: the stream ends, no repair's bug
+            except Exception:
+                self._absorb(repair)
+                continue
+            if result is not None:
+                items: list[tuple[Chunk, bytes | None]] = []
+                for out in result:
+                    items.extend(self.on_chunk(out, None, position + 1))
+                return items
+        return [(chunk, raw)]
+
+    async def on_end(self) -> list[tuple[Chunk, bytes | None]]:
+        """Each repair's closing chunks still flow through the repairs after it."""
+        out: list[tuple[Chunk, bytes | None]] = []
+        for position, repair in enumerate(self.repairs):
+            for chunk in await self._guard_async(repair, repair.on_end, default=[]):
+                out.extend(self.on_chunk(chunk, None, position + 1))
+        return out
+
+    # A repair that raises must not take the stream down: its input passes on unrepaired, and
+    # the failure is logged with the repair's name. Strict mode (the tests) re-raises instead.
+
+    async def _guard_async(
+        self, repair: Repair, hook: Any, *args: Any, default: Any = False
+    ) -> Any:
+        try:
+            return await hook(*args)
+        except Exception:
+            self._absorb(repair)
+            return default
+
+    def _absorb(self, repair: Repair) -> None:
+        """Called while a repair's exception is being handled."""
+        if self.strict:
+            raise  # re-raises the exception being handled
+        logger.exception("repair %s failed; passing data unrepaired", type(repair).__name__)
+
+
+def _as_chunk(event: SSEEvent) -> Chunk | None:
+    """The JSON object an event carries, or None when the event must pass through as bytes."""
+    if event.data is None or event.event not in (None, "message"):
+        return None
+    data = event.data
+    if not data.startswith("{"):
+        return None
+    try:
+        chunk = json_codec.loads(data)
+    except json_codec.JSONDecodeError:
+        return None
+    return chunk if isinstance(chunk, dict) else None
+
+
+def _is_done(event: SSEEvent) -> bool:
+    return event.data is not None and event.data.strip() == "[DONE]"
+
+
+def _is_upstream_error(event: SSEEvent, chunk: Chunk | None) -> bool:
+    """An error the upstream reports inside its stream. The OpenAI SDK raises `APIError` on
+    any data whose `error` is set, whatever the event name; the AI SDK ends with an error."""
+    if chunk is not None:
+        return bool(chunk.get("error"))
+    return event.event == "error"
+
+
+async def repaired_stream(
+    upstream: AsyncIterator[bytes],
+    chain: RepairChain,
+    decoder: SSEDecoder,
+    failures: tuple[type[Exception], ...],
+    on_abort: Callable[[Exception], bytes],
+    count: Count = _uncounted,
+) -> AsyncIterator[bytes]:
+    """Decode the upstream SSE body, repair it, and encode it for the client.
+
+    An exception of a `failures` type while reading (the upstream broke off, an event grew too
+    large) ends the stream with the bytes of `on_abort(exc)`, and without `[DONE]`. `count`
+    books what the stream itself showed (`upstream_error_event`, `events_split`).
+    """
+    errored = False
+
+    def emit(items: list[tuple[Chunk, bytes | None]]) -> bytes:
+        return b"".join(raw if raw is not None else encode(chunk) for chunk, raw in items)
+
+    def process(events: list[SSEEvent]) -> bytes:
+        nonlocal errored
+        out = []
+        for event in events:
+            if errored:
+                out.append(event.raw)  # after its own error, the upstream's bytes as received
+                continue
+            chunk = _as_chunk(event)
+            if _is_upstream_error(event, chunk):
+                errored = True
+                count("upstream_error_event", 1)
+                out.append(event.raw)
+            elif chunk is not None:
+                items = chain.on_chunk(chunk, event.raw)
+                if len(items) == 1 and items[0][1] is not None:
+                    out.append(items[0][1])  # the common case: untouched, as received
+                else:
+                    out.append(emit(items))
+            elif not _is_done(event):  # [DONE] goes out once, after the closing chunks
+                out.append(event.raw)
+        return b"".join(out) if len(out) != 1 else out[0]
+
+    try:
+        async for data in upstream:
+            if out := process(decoder.feed(data)):
+                yield out
+        tail = process(decoder.flush())
+    except failures as exc:
+        yield on_abort(exc)
+        return
+    finally:
+        count("events_split", decoder.splits)
+    if errored:
+        if tail:
+            yield tail
+        return
+    yield tail + emit(await chain.on_end()) + DONE

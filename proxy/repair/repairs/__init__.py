@@ -1,0 +1,51 @@
+"""The repairs, and the one place that states their order."""
+
+from __future__ import annotations
+
+from proxy.repair.exchange import Exchange
+from proxy.repair.pipeline import Repair
+from proxy.repair.repairs.call_ids import ReusedCallIdRepair
+from proxy.repair.repairs.finish_reason import FinishReasonRepair
+from proxy.repair.repairs.history import HistoryRepair
+from proxy.repair.repairs.receipts import ReceiptRepair
+from proxy.repair.repairs.role import SingleRoleRepair
+from proxy.repair.repairs.tool_calls import ToolCallRepair
+from proxy.settings.schema import Settings
+from proxy.repair.receipts.store import ReceiptStore
+
+
+def default_repairs(settings: Settings, exchange: Exchange, store: ReceiptStore) -> list[Repair]:
+    """A fresh chain for one exchange, in this order:
+
+    0. HistoryRepair (request side only) heals the history before anything reads its ids.
+    1. ToolCallRepair turns whatever the upstream sent into whole calls, which is what every
+       later repair reasons about.
+    2. ReusedCallIdRepair sees each call's id once it is final, and before anyone keeps it.
+    3. FinishReasonRepair must see the calls that ToolCallRepair emits (even the ones it only
+       emits at stream end) to know that "stop" means "tool_calls".
+    4. SingleRoleRepair after every repair that emits, drops or reorders chunks: the role goes
+       on the first delta as the client receives it (ToolCallRepair may send a call before the
+       chunk that carried the role).
+    5. ReceiptRepair last: it keys receipts by the call ids exactly as the client receives
+       them, so it watches the final output, and its store write happens at the very end.
+    """
+    if not settings.repairs.enabled:
+        return []
+    history: list[Repair] = [HistoryRepair(exchange)] if settings.history.repair else []
+    return [
+        *history,
+        ToolCallRepair(
+            exchange,
+            emit=settings.tool_calls.emit,
+            max_buffered_bytes=settings.tool_calls.max_buffered_bytes,
+        ),
+        ReusedCallIdRepair(exchange),
+        FinishReasonRepair(),
+        SingleRoleRepair(exchange),
+        ReceiptRepair(
+            exchange,
+            store,
+            placeholder_on_miss=settings.signatures.on_missing == "placeholder",
+            max_value_bytes=settings.signatures.max_value_bytes,
+        ),
+    ]

@@ -1,0 +1,97 @@
+"""Tool-call ids that are unique across the whole conversation."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from proxy.repair.chunks import choice_index, choices_of
+from proxy.repair.exchange import Exchange
+from proxy.repair.calls.ids import generated_call_id
+from proxy.repair.pipeline import Chunk, Repair
+
+# Kimi's shape: `functions.NAME:N`, N counting the calls of one round.
+_NUMBERED = re.compile(r"functions\.(?P<name>[A-Za-z0-9_.-]+):(?P<n>\d+)")
+_VALID_ID = re.compile(r"[A-Za-z0-9_.:-]{1,40}")
+
+
+class ReusedCallIdRepair(Repair):
+    """Kimi numbers calls per round, so round two reuses `functions.search_web:0`. Open WebUI
+    then suppresses the new round's calls but stores their results, and every later request is
+    rejected. An id that collides with one in the request's history, or earlier in the same
+    response, is rewritten: deterministically (a retried request gets the same ids), unique in
+    the conversation, at most 40 characters, keeping Kimi's `functions.NAME:N` shape with the
+    next unused N. Ids that do not collide are never touched.
+    Recording: `kimi_per_round_ids` (as round two of a conversation).
+    """
+
+    def __init__(self, exchange: Exchange) -> None:
+        self._exchange = exchange
+        self._taken: set[str] | None = None
+        self._renamed: dict[tuple[int, int], str] = {}  # (choice, call index) -> new id
+
+    def on_chunk(self, chunk: Chunk) -> list[Chunk] | None:
+        changed = False
+        for choice in choices_of(chunk):
+            delta = choice.get("delta")
+            entries = delta.get("tool_calls") if isinstance(delta, dict) else None
+            for entry in entries if isinstance(entries, list) else ():
+                if isinstance(entry, dict) and isinstance(entry.get("id"), str):
+                    changed |= self._rename(entry, (choice_index(choice), entry.get("index", 0)))
+        return [chunk] if changed else None
+
+    async def on_response(self, body: dict[str, Any]) -> bool:
+        changed = False
+        for choice in choices_of(body):
+            message = choice.get("message")
+            calls = message.get("tool_calls") if isinstance(message, dict) else None
+            for position, call in enumerate(calls if isinstance(calls, list) else ()):
+                if isinstance(call, dict) and isinstance(call.get("id"), str):
+                    changed |= self._rename(call, (choice_index(choice), position))
+        return changed
+
+    def _rename(self, call: dict[str, Any], where: tuple[int, int]) -> bool:
+        taken = self._history_ids()
+        original = call["id"]
+        if where in self._renamed:
+            new = self._renamed[where]
+        elif original in taken:
+            new = self._fresh(original, where, taken)
+            self._renamed[where] = new
+            self._exchange.note("call_id_reused", "%r -> %r", original, new)
+        else:
+            taken.add(original)
+            return False
+        call["id"] = new
+        return True
+
+    def _fresh(self, original: str, where: tuple[int, int], taken: set[str]) -> str:
+        match = _NUMBERED.fullmatch(original)
+        if match:
+            numbers = [int(m["n"]) for m in map(_NUMBERED.fullmatch, taken) if m]
+            candidate = f"functions.{match['name']}:{max(numbers, default=-1) + 1}"
+            if _VALID_ID.fullmatch(candidate) and candidate not in taken:
+                taken.add(candidate)
+                return candidate
+        attempt = 0
+        while (candidate := generated_call_id(original, len(taken), *where, attempt)) in taken:
+            attempt += 1
+        taken.add(candidate)
+        return candidate
+
+    def _history_ids(self) -> set[str]:
+        if self._taken is None:
+            self._taken = set(_ids_in(self._exchange.request.get("messages")))
+        return self._taken
+
+
+def _ids_in(messages: Any) -> Iterable[str]:
+    for message in messages if isinstance(messages, list) else ():
+        if not isinstance(message, dict):
+            continue
+        if isinstance(message.get("tool_call_id"), str):
+            yield message["tool_call_id"]
+        for call in message.get("tool_calls") or ():
+            if isinstance(call, dict) and isinstance(call.get("id"), str):
+                yield call["id"]

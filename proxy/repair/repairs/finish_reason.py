@@ -1,0 +1,97 @@
+"""Exactly one, correct finish per choice."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxy.repair.chunks import choice_index, choices_of, envelope, new_chunk
+from proxy.repair.pipeline import Chunk, Repair
+
+
+class FinishReasonRepair(Repair):
+    """Gemini (and vLLM with a named `tool_choice`) ends a tool-call turn with "stop"; opencode
+    then ends its agent loop after running the tools. Some upstreams repeat the finish or end
+    without one, and the Vercel AI SDK 3.x then fails with `Response stream ended without a
+    finish reason.` This repair rewrites "stop" to "tool_calls" for a choice that sent calls,
+    says "stop" when every call was left out, drops repeated finishes, and supplies a missing
+    finish when the upstream ended cleanly. After a choice's finish, a repeated finish and an
+    empty delta (MiniMax's second finish chunk, OpenRouter's usage chunk) are emptied, the
+    chunk kept for its usage.
+    Recordings: `gemini_indexless_call_stop`, `vllm_named_tool_choice_stop`, `openai_no_done`,
+    `minimax_duplicated_finish`, `snowflake_null_tool_calls_no_finish`.
+    """
+
+    def __init__(self) -> None:
+        self._with_calls: set[int] = set()
+        self._seen: set[int] = set()
+        self._finished: set[int] = set()
+        self._envelope: dict[str, Any] = {}
+
+    def on_chunk(self, chunk: Chunk) -> list[Chunk] | None:
+        changed = False
+        for choice in choices_of(chunk):
+            index = choice_index(choice)
+            if index in self._finished:
+                changed |= _quiet_after_finish(choice)
+                continue
+            self._seen.add(index)
+            delta = choice.get("delta")
+            if isinstance(delta, dict) and delta.get("tool_calls"):
+                self._with_calls.add(index)
+            reason = choice.get("finish_reason")
+            if reason is None:
+                continue
+            if reason == "stop" and index in self._with_calls:
+                choice["finish_reason"] = "tool_calls"
+                changed = True
+            elif reason == "tool_calls" and index not in self._with_calls:
+                # Every call was left out (no name could be known): nothing for the client to run.
+                choice["finish_reason"] = "stop"
+                changed = True
+            self._finished.add(index)
+        if not self._envelope and "choices" in chunk:
+            self._envelope = envelope(chunk)
+        return [chunk] if changed else None
+
+    async def on_end(self) -> list[Chunk]:
+        return [
+            new_chunk(
+                self._envelope,
+                {
+                    "index": index,
+                    "delta": {},
+                    "finish_reason": "tool_calls" if index in self._with_calls else "stop",
+                },
+            )
+            for index in sorted(self._seen - self._finished)
+        ]
+
+    async def on_response(self, body: dict[str, Any]) -> bool:
+        changed = False
+        for choice in choices_of(body):
+            message = choice.get("message")
+            has_calls = isinstance(message, dict) and bool(message.get("tool_calls"))
+            if has_calls and choice.get("finish_reason") in ("stop", None):
+                choice["finish_reason"] = "tool_calls"
+                changed = True
+        return changed
+
+
+def _quiet_after_finish(choice: dict[str, Any]) -> bool:
+    """A choice already finished: a second finish goes (MiniMax repeats the finish chunk, the
+    second time with usage), and so does a delta that says nothing (`content: ""`, `role`: what
+    OpenRouter and MiniMax put on the usage chunk after the finish). The chunk itself stays, for
+    its usage. Real content after a finish is not ours to drop: it goes on as received."""
+    changed = False
+    if choice.get("finish_reason") is not None:
+        choice["finish_reason"] = None
+        changed = True
+    delta = choice.get("delta")
+    if isinstance(delta, dict) and delta and all(_says_nothing(k, v) for k, v in delta.items()):
+        choice["delta"] = {}
+        changed = True
+    return changed
+
+
+def _says_nothing(key: str, value: Any) -> bool:
+    return key == "role" or value is None or value == "" or value == []

@@ -1,0 +1,251 @@
+"""Deliver every tool call complete and valid, however the upstream spread it over deltas."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from proxy.repair.chunks import choice_index, choices_of, envelope, new_chunk, without_empty_choices
+from proxy.repair.exchange import Exchange
+from proxy.repair.calls.ids import generated_call_id
+from proxy.repair.pipeline import Chunk, Repair
+from proxy.repair.calls.arguments import ArgumentLeakRepair
+from proxy.repair.calls.assembly import AssemblyBudget, CallAssembler, ToolCall
+from proxy.repair.content_parts import ContentPartsRepair
+from proxy.repair.calls.names import unambiguous_tool_name
+
+
+class ToolCallRepair(Repair):
+    """Gemini streams calls without `index` (sometimes fragmented, sometimes with a lone
+    signature delta); Vertex changes `index` for one id; vLLM drops `id` and `name`. Clients
+    then crash (`Expected 'id' to be a string`), drop the calls or merge parallel calls into
+    broken JSON. This repair assembles the calls and re-emits them with full identity:
+
+    - ``atomic``: each call once, complete, right before its choice's finish chunk, so that
+      even clients that validate every delta for index/id/type/name accept it;
+    - ``incremental``: an opening delta with index/id/type/name, then argument fragments.
+
+    A call whose name cannot be known is left out and counted, never sent nameless.
+    Recordings: every `gemini_*`, `vertex_*` and `vllm_*` transcript.
+    """
+
+    def __init__(
+        self, exchange: Exchange, emit: str = "atomic", max_buffered_bytes: int | None = None
+    ) -> None:
+        self._exchange = exchange
+        self._budget = AssemblyBudget(max_buffered_bytes)
+        self._incremental = emit == "incremental"
+        self._arguments = ArgumentLeakRepair()
+        self._content = ContentPartsRepair()
+        self._choices: dict[int, CallAssembler] = {}
+        self._envelope: dict[str, Any] = {}
+
+    def on_chunk(self, chunk: Chunk) -> list[Chunk] | None:
+        before: list[Chunk] = []
+        changed = False
+        for choice in choices_of(chunk):
+            delta = choice.get("delta")
+            if isinstance(delta, dict):
+                if "tool_calls" in delta:
+                    changed = True
+                    self._take_entries(choice, delta)
+                if type(delta.get("content")) is list and self._content.flatten(delta):
+                    changed = True  # Magistral's blocks; rare
+                    self._exchange.count("content_blocks_flattened")
+            if choice.get("finish_reason") and self._pending(choice_index(choice)):
+                changed = True
+                self._envelope = envelope(chunk)
+                before.extend(self._flush(choice_index(choice)))
+        if not changed:
+            return None
+        self._envelope = envelope(chunk)
+        return before + without_empty_choices(chunk)
+
+    async def on_end(self) -> list[Chunk]:
+        closing: list[Chunk] = []
+        for index in list(self._choices):
+            closing.extend(self._flush(index))
+        return closing
+
+    async def on_response(self, body: dict[str, Any]) -> bool:
+        changed = False
+        for choice in choices_of(body):
+            message = choice.get("message")
+            calls = message.get("tool_calls") if isinstance(message, dict) else None
+            if isinstance(calls, list) and calls:
+                before = orjson.dumps(calls)
+                self._envelope = envelope(body)
+                kept = [
+                    call
+                    for position, call in enumerate(calls)
+                    if self._complete_message_call(choice, position, call)
+                ]
+                self._repair_message_arguments(kept)
+                message["tool_calls"] = kept
+                changed |= orjson.dumps(kept) != before
+        return changed
+
+    def _take_entries(self, choice: dict[str, Any], delta: dict[str, Any]) -> None:
+        entries = delta.pop("tool_calls")
+        if not isinstance(entries, list) or not entries:
+            return
+        index = choice_index(choice)
+        touched = self._choices.setdefault(index, CallAssembler(self._budget)).add(entries)
+        if self._incremental:
+            out = [entry for call in touched if (entry := self._incremental_entry(index, call))]
+            if out:
+                delta["tool_calls"] = out
+
+    def _pending(self, index: int) -> list[ToolCall]:
+        assembler = self._choices.get(index)
+        if assembler is None:
+            return []
+        return [call for call in assembler.calls if _unsent(call)]
+
+    def _flush(self, index: int) -> list[Chunk]:
+        """Everything not yet sent of this choice's calls, one chunk per call."""
+        self._repair_arguments(self._pending(index))
+        chunks = []
+        for call in self._pending(index):
+            entry = self._complete_entry(index, call) if not call.opened else _rest_entry(call)
+            if entry is not None:
+                chunks.append(
+                    new_chunk(self._envelope, {"index": index, "delta": {"tool_calls": [entry]}})
+                )
+        return chunks
+
+    def _repair_arguments(self, calls: list[ToolCall]) -> None:
+        """Whole calls not sent yet (atomic emission) can still have their arguments mended."""
+        unsent = [call for call in calls if not call.opened and not call.is_bare()]
+        repaired = self._arguments.repair([call.arguments for call in unsent])
+        if repaired is None:
+            broken = sum(not call.arguments_complete() for call in unsent)
+            if broken:
+                self._exchange.note(
+                    "arguments_unparseable", "%d call(s) passed on as received", broken
+                )
+            return
+        for call, text in zip(unsent, repaired, strict=True):
+            if text != call.arguments:
+                self._exchange.count("arguments_empty" if not call.arguments else "arguments_leak")
+                call.fragments = [text]
+
+    def _repair_message_arguments(self, calls: list[Any]) -> None:
+        functions = [
+            c["function"]
+            for c in calls
+            if isinstance(c, dict) and isinstance(c.get("function"), dict)
+        ]
+        texts = [f.get("arguments") for f in functions]
+        if not all(isinstance(text, str) for text in texts):
+            return  # an arguments object or garbage: passed on as received
+        repaired = self._arguments.repair(texts)
+        for function, text in zip(functions, repaired or (), strict=False):
+            if text != function["arguments"]:
+                self._exchange.count(
+                    "arguments_empty" if not function["arguments"] else "arguments_leak"
+                )
+                function["arguments"] = text
+
+    def _incremental_entry(self, index: int, call: ToolCall) -> dict[str, Any] | None:
+        if not call.opened:
+            # Hold the call back until its name is known: clients need it on the opening delta.
+            return self._complete_entry(index, call) if call.name else None
+        return _rest_entry(call)
+
+    def _complete_entry(self, choice: int, call: ToolCall) -> dict[str, Any] | None:
+        """The call with its identity, and every argument fragment received so far."""
+        if call.is_bare():
+            call.opened = True
+            self._exchange.note(
+                "orphan_extra_content", "no call for extra_content in choice %d", choice
+            )
+            return None
+        name = call.name or unambiguous_tool_name(self._exchange.request, call.arguments)
+        if name is None:
+            call.opened = True  # never retried: it is reported once and stays out
+            call.sent_fragments = len(call.fragments)
+            self._exchange.note(
+                "tool_call_without_name",
+                "left out call %d of choice %d: no name and the request does not imply one",
+                call.index,
+                choice,
+            )
+            return None
+        if call.name is None:
+            self._exchange.count("tool_call_name_inferred")
+        call.name = name
+        if call.id is None:
+            call.id = self._seeded_id(choice, call.index, name, call.arguments)
+            self._exchange.count("tool_call_id_generated")
+        entry: dict[str, Any] = {
+            "index": call.index,
+            "id": call.id,
+            "type": "function",
+            "function": {"name": name, "arguments": call.arguments},
+        }
+        if call.extra_content:
+            entry["extra_content"] = call.extra_content
+        call.opened = True
+        call.sent_fragments = len(call.fragments)
+        call.sent_extra_content = call.extra_content
+        return entry
+
+    def _complete_message_call(self, choice: dict[str, Any], position: int, call: Any) -> bool:
+        """Non-streaming: give a message's call its type and id; False drops a nameless call."""
+        if not isinstance(call, dict):
+            return True  # not ours to judge: passed on as received
+        function = call.get("function")
+        if not isinstance(function, dict):
+            return True
+        arguments = function.get("arguments") if isinstance(function.get("arguments"), str) else ""
+        if not function.get("name"):
+            name = unambiguous_tool_name(self._exchange.request, arguments)
+            if name is None:
+                self._exchange.note("tool_call_without_name", "left out a nameless call")
+                return False
+            function["name"] = name
+        call.setdefault("type", "function")
+        if not call.get("id"):
+            call["id"] = self._seeded_id(
+                choice_index(choice), position, function["name"], arguments
+            )
+            self._exchange.count("tool_call_id_generated")
+        return True
+
+    def _seeded_id(self, choice: int, position: int, name: str, arguments: str) -> str:
+        """Deterministic: replaying the same exchange must give the same ids."""
+        messages = self._exchange.request.get("messages")
+        return generated_call_id(
+            self._envelope.get("id"),
+            len(messages) if isinstance(messages, list) else 0,
+            choice,
+            position,
+            name,
+            arguments,
+        )
+
+
+def _unsent(call: ToolCall) -> bool:
+    return (
+        not call.opened
+        or call.sent_fragments < len(call.fragments)
+        or call.sent_extra_content != call.extra_content
+    )
+
+
+def _rest_entry(call: ToolCall) -> dict[str, Any] | None:
+    """A follow-up delta of an opened call: new argument text, and a signature that came late."""
+    if call.name is None:
+        return None  # left out for good
+    text = "".join(call.fragments[call.sent_fragments :])
+    late_extra = call.extra_content if call.extra_content != call.sent_extra_content else None
+    if not text and late_extra is None:
+        return None
+    entry: dict[str, Any] = {"index": call.index, "function": {"arguments": text}}
+    if late_extra:
+        entry["extra_content"] = late_extra
+    call.sent_fragments = len(call.fragments)
+    call.sent_extra_content = call.extra_content
+    return entry

@@ -1,0 +1,336 @@
+"""The ASGI application: routes, and the lifespan that owns the one upstream client."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+
+import httpx
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route as Endpoint
+
+from proxy.wire import json_codec
+from proxy.server.asgi import StreamfixApp, http_error, internal_error
+from proxy.server.auth import is_allowed, parse_keys
+from proxy.upstream.body_decoding import decoder_for
+from proxy.server.body_limits import BodyBudget
+from proxy.server.chat_request import model_of, parse_chat_request, read_body
+from proxy.server.delivery import relay, repaired_json, repaired_sse
+from proxy.server.errors import ClientError, error_response
+from proxy.repair.exchange import Exchange
+from proxy.upstream.http1 import RETRIED
+from proxy.server.logs import EXCHANGE
+from proxy.server.metrics import CONTENT_TYPE, Metrics
+from proxy.server.paths import UnsafePath, checked_relative
+from proxy.repair.pipeline import RepairChain
+from proxy.upstream.transports import live_transport, upstream_base_urls
+from proxy.upstream.recording import UPSTREAM, upstream_transport
+from proxy.repair.repairs import default_repairs
+from proxy.upstream.routes import Route, Router
+from proxy.settings.schema import ConfigError, Settings
+from proxy.repair.receipts.store import ReceiptStore, open_store
+from proxy.repair.tenancy import ReceiptScope, tenant_of
+from proxy.upstream.headers import (
+    RawHeaders,
+    describe_failure,
+    request_headers,
+    response_headers,
+    upstream_url,
+    without_credential_parameters,
+)
+
+CHAT_PATH = b"chat/completions"
+
+logger = logging.getLogger(__name__)
+
+
+class Proxy:
+    """Request handlers bound to one configuration and one pooled upstream client."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        transport: httpx.AsyncBaseTransport | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        environ = os.environ if environ is None else environ
+        self.settings = settings
+        self.router = Router(settings, environ)
+        self.proxy_keys = parse_keys(environ.get("STREAMFIX_API_KEYS"))
+        if self.router.holds_keys and not self.proxy_keys:
+            raise ConfigError(
+                "STREAMFIX_API_KEYS: must be set when a route holds its own upstream key, "
+                "or anyone who can reach the proxy could spend that key"
+            )
+        # The transport itself, not an AsyncClient around it: the proxy needs none of a client's
+        # cookies, auth flows, redirects or URL merging, and they cost more than the relay.
+        self.transport = (
+            transport
+            or upstream_transport(settings)
+            or live_transport(settings.server, base_urls=upstream_base_urls(settings))
+        )
+        self.started = False
+        self.store: ReceiptStore = open_store(settings.signatures)
+        self.metrics = Metrics()
+        self.body_budget = BodyBudget()  # one app per process: every connection's bodies
+
+    @asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        self.started = True
+        try:
+            yield
+        finally:
+            self.started = False
+            await self.transport.aclose()
+            await self.store.aclose()
+
+    async def healthz(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(self, request: Request) -> Response:
+        store_ok = await self.store.ping()
+        ready = store_ok and self.started
+        return JSONResponse(
+            {"status": "ready" if ready else "not ready", "store": store_ok},
+            status_code=200 if ready else 503,
+        )
+
+    async def metrics_endpoint(self, request: Request) -> Response:
+        self.metrics.store_errors.set(self.store.errors)
+        return Response(self.metrics.exposition(), media_type=CONTENT_TYPE)
+
+    async def chat_completions(self, request: Request) -> Response:
+        request_id = request.headers.get("x-request-id") or new_request_id()
+        try:
+            self._authorize(request)
+            raw = await read_body(request, self.settings.server, self.body_budget)
+            body = parse_chat_request(raw)
+        except ClientError as exc:
+            return self._refused(exc, request_id)
+        route = self.router.route_for(body.get("model"))
+        renamed = bool(route.upstream.model) and body.get("model") != route.upstream.model
+        if renamed:
+            body["model"] = route.upstream.model
+        exchange = self._exchange(request, request_id, body, route)
+        chain = RepairChain(
+            default_repairs(self.settings, exchange, self.store),
+            strict=self.settings.repairs.strict,
+        )
+        changed = await chain.on_request(body) or renamed
+        content = json_codec.dumps(body) if changed else raw
+        upstream = await self._send(request, route, CHAT_PATH, content, exchange)
+        if isinstance(upstream, Response):
+            self._finished(exchange, upstream.status_code)
+            return upstream
+        status = upstream.status_code
+        is_sse = upstream.headers.get("content-type", "").startswith("text/event-stream")
+        decoder = decoder_for(upstream.headers.get("content-encoding", ""))
+        if status >= 400 or (body.get("stream") and not is_sse) or decoder is None:
+            if decoder is None and status < 400:
+                exchange.note(
+                    "unrepaired_encoding",
+                    "relayed unrepaired: the proxy does not decode Content-Encoding %r",
+                    upstream.headers.get("content-encoding"),
+                )
+            headers = self._client_headers(upstream, request_id, decoded=False)
+            return relay(upstream, headers, lambda: self._finished(exchange, status))
+        headers = self._client_headers(upstream, request_id, decoded=True)
+        if body.get("stream"):
+            self.metrics.active_streams.inc()
+
+            def stream_closed() -> None:
+                self.metrics.active_streams.dec()
+                self._finished(exchange, status)
+
+            limit = self.settings.server.max_event_bytes
+            return repaired_sse(upstream, chain, exchange, headers, limit, decoder, stream_closed)
+        return await repaired_json(
+            upstream,
+            chain,
+            headers,
+            decoder,
+            self.settings.server.max_response_bytes,
+            lambda: self._finished(exchange, status),
+        )
+
+    async def passthrough(self, request: Request) -> Response:
+        request_id = request.headers.get("x-request-id") or new_request_id()
+        try:
+            self._authorize(request)
+            raw = await read_body(request, self.settings.server, self.body_budget)
+        except ClientError as exc:
+            return self._refused(exc, request_id)
+        route = self.router.route_for(model_of(raw))
+        exchange = Exchange(request_id=request_id, route=route.name)
+        try:
+            path = checked_relative(_after_first_segment(request.scope))
+        except UnsafePath as exc:
+            return self._refused(ClientError(400, str(exc), "invalid_path"), request_id)
+        upstream = await self._send(request, route, path, raw, exchange)
+        if isinstance(upstream, Response):
+            self._finished(exchange, upstream.status_code)
+            return upstream
+        headers = self._client_headers(upstream, request_id, decoded=False)
+        status = upstream.status_code
+        return relay(upstream, headers, lambda: self._finished(exchange, status))
+
+    def _refused(self, error: ClientError, request_id: str) -> Response:
+        """A request refused before anything went upstream: logged and counted like the rest."""
+        self._finished(Exchange(request_id=request_id, route="-"), error.status)
+        response = error.response()
+        response.headers["x-request-id"] = request_id
+        return response
+
+    def _authorize(self, request: Request) -> None:
+        if self.proxy_keys and not is_allowed(request.headers, self.proxy_keys):
+            raise ClientError(
+                401,
+                "a valid streamfix API key is required",
+                "invalid_api_key",
+                "authentication_error",
+            )
+
+    def _exchange(self, request: Request, request_id: str, body: dict, route: Route) -> Exchange:
+        # Every credential form the proxy forwards names the tenant, `?key=` included.
+        query = request.scope.get("query_string", b"")
+        tenant = tenant_of(request.headers, self.settings.signatures.tenant_header, query=query)
+        return Exchange(
+            request_id=request_id,
+            request=body,
+            route=route.name,
+            profile=route.profile(body.get("model")),
+            scope=ReceiptScope(tenant, route.identity),
+        )
+
+    async def _send(
+        self, request: Request, route: Route, path: bytes, content: bytes, exchange: Exchange
+    ) -> httpx.Response | Response:
+        drop_credential = bool(self.proxy_keys)
+        headers = request_headers(
+            request.scope["headers"],
+            exchange.request_id,
+            credential=route.upstream_key,
+            drop_credential=drop_credential,
+        )
+        query = request.scope.get("query_string", b"")
+        if route.upstream_key or drop_credential:
+            query = without_credential_parameters(query)
+        outgoing = httpx.Request(
+            request.method,
+            upstream_url(route.upstream, path, query),
+            headers=headers,
+            content=content,
+            extensions={
+                "timeout": route.timeout.as_dict(),
+                UPSTREAM: {"base_url": route.upstream.base_url, "profile": exchange.profile.name},
+            },
+        )
+        started = time.monotonic()
+        try:
+            response = await self._send_upstream(outgoing, exchange)
+            response.request = outgoing
+        except httpx.HTTPError as exc:
+            status, message, code = describe_failure(exc)
+            logger.warning(
+                "[%s] route %s: upstream failed after %.2fs: %s",
+                exchange.request_id,
+                route.name,
+                time.monotonic() - started,
+                type(exc).__name__,
+            )
+            failure = error_response(status, message, "upstream_error", code)
+            failure.headers["x-request-id"] = exchange.request_id
+            return failure
+        self.metrics.time_to_first_byte.labels(route.name).observe(time.monotonic() - started)
+        return response
+
+    async def _send_upstream(self, outgoing: httpx.Request, exchange: Exchange) -> httpx.Response:
+        """The request goes upstream once: the app never sends it again by itself. Only the
+        transport knows whether its connection was reused and whether anything came back, so
+        it decides when a second send provably does no harm (Http1Transport) and says so in the
+        response; httpx's transport never sends twice once a request is written."""
+        try:
+            response = await self.transport.handle_async_request(outgoing)
+        except httpx.RemoteProtocolError as exc:
+            # What the upstream did, in the transport's words (no request header or URL in them).
+            logger.warning("[%s] upstream broke the exchange: %.300s", exchange.request_id, exc)
+            raise
+        retried = response.extensions.get(RETRIED)
+        if retried:
+            exchange.note("upstream_retried", "%s", retried)
+        return response
+
+    @staticmethod
+    def _client_headers(upstream: httpx.Response, request_id: str, decoded: bool) -> RawHeaders:
+        headers = response_headers(upstream.headers, decoded)
+        headers.append((b"x-request-id", request_id.encode("latin-1")))
+        return headers
+
+    def _finished(self, exchange: Exchange, status: int) -> None:
+        """One log line per exchange, and its counts into the metrics."""
+        duration = time.monotonic() - exchange.started
+        self.metrics.record(exchange.route, status, duration, exchange.repairs)
+        if not logger.isEnabledFor(logging.INFO):
+            return
+        repairs = ",".join(f"{kind}:{n}" for kind, n in sorted(exchange.repairs.items()))
+        fields = {
+            "request_id": exchange.request_id,
+            "route": exchange.route,
+            "model": exchange.request.get("model"),
+            "profile": exchange.profile.name,
+            "status": status,
+            "duration_s": round(duration, 4),
+            "repairs": dict(exchange.repairs),
+        }
+        logger.info(
+            "[%s] route=%s model=%s status=%d duration=%.3fs repairs=%s",
+            exchange.request_id,
+            exchange.route,
+            fields["model"],
+            status,
+            duration,
+            repairs or "-",
+            extra={EXCHANGE: fields},
+        )
+
+
+def _after_first_segment(scope: dict) -> bytes:
+    """The client's raw path after `/v1/`, as sent (the app normalised it once already)."""
+    raw_path: bytes = scope.get("raw_path") or scope["path"].encode()
+    return raw_path.lstrip(b"/").partition(b"/")[2]
+
+
+def new_request_id() -> str:
+    return os.urandom(16).hex()  # as unique as uuid4, without building a UUID object
+
+
+def create_app(
+    settings: Settings, transport: httpx.AsyncBaseTransport | None = None
+) -> StreamfixApp:
+    proxy = Proxy(settings, transport)
+    endpoints = [
+        Endpoint("/healthz", proxy.healthz, methods=["GET"]),
+        Endpoint("/readyz", proxy.readyz, methods=["GET"]),
+        Endpoint("/metrics", proxy.metrics_endpoint, methods=["GET"]),
+        # POST /v1/chat/completions is not here: StreamfixApp sends it straight to its handler
+        # (one registration); its other methods are passthrough like any /v1/ path.
+        Endpoint(
+            "/v1/{path:path}",
+            proxy.passthrough,
+            methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"],
+        ),
+    ]
+    app = StreamfixApp(
+        proxy.chat_completions,
+        routes=endpoints,
+        lifespan=proxy.lifespan,
+        exception_handlers={Exception: internal_error, HTTPException: http_error},
+    )
+    app.state.proxy = proxy
+    return app

@@ -1,0 +1,164 @@
+"""Turning an upstream response into the client's: relayed untouched, or repaired."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Mapping
+
+import httpx
+from starlette.responses import Response
+
+from proxy.wire import json_codec
+from proxy.upstream.body_decoding import Decoder, decoded, read_limited
+from proxy.server.errors import error_event, error_response
+from proxy.repair.exchange import Exchange
+from proxy.wire.limits import LimitExceeded
+from proxy.repair.pipeline import RepairChain, repaired_stream
+from proxy.upstream.recording import CASSETTE
+from proxy.wire.sse import SSEDecoder
+from proxy.server.streamed_response import StreamedResponse
+from proxy.upstream.headers import RawHeaders, describe_failure
+
+Headers = RawHeaders | Mapping[str, str]
+
+# A repaired stream must reach the client unbuffered and uncached, whatever the upstream said.
+SSE_HEADERS = [(b"cache-control", b"no-store"), (b"x-accel-buffering", b"no")]
+_SSE_NAMES = {name for name, _ in SSE_HEADERS}
+
+OnClose = Callable[[], None]
+
+
+def relay(upstream: httpx.Response, headers: Headers, on_close: OnClose) -> Response:
+    """Errors, non-SSE bodies and other paths: the upstream's bytes as they come, undecoded
+    (their `Content-Encoding` travels with them)."""
+    return StreamedResponse(
+        _Closing(upstream, raw_body(upstream), on_close),
+        status_code=upstream.status_code,
+        headers=headers,
+    )
+
+
+def repaired_sse(
+    upstream: httpx.Response,
+    chain: RepairChain,
+    exchange: Exchange,
+    headers: RawHeaders,
+    max_event_bytes: int,
+    decoder: Decoder,
+    on_close: OnClose,
+) -> Response:
+    def abort(exc: Exception) -> bytes:
+        # No finish reason and no [DONE]: a truncated answer must not look complete.
+        exchange.note("stream_aborted", "upstream stream failed: %s", type(exc).__name__)
+        if isinstance(exc, LimitExceeded):
+            return error_event(str(exc), "upstream_error", exc.code)
+        _, message, code = describe_failure(exc)
+        return error_event(message, "upstream_error", code)
+
+    stream = repaired_stream(
+        decoded(raw_body(upstream), decoder),
+        chain,
+        SSEDecoder(max_event_bytes),
+        (httpx.HTTPError, LimitExceeded),
+        abort,
+        exchange.count,
+    )
+    return StreamedResponse(
+        _Closing(upstream, stream, on_close),
+        status_code=upstream.status_code,
+        headers=[*(f for f in headers if f[0].lower() not in _SSE_NAMES), *SSE_HEADERS],
+        media_type="text/event-stream",
+    )
+
+
+async def repaired_json(
+    upstream: httpx.Response,
+    chain: RepairChain,
+    headers: RawHeaders,
+    decoder: Decoder,
+    max_bytes: int,
+    on_close: OnClose,
+) -> Response:
+    try:
+        pieces = decoded(raw_body(upstream), decoder)
+        raw = await read_limited(pieces, max_bytes, upstream.headers.get("content-length"))
+    except (httpx.HTTPError, LimitExceeded) as exc:
+        on_close()
+        if isinstance(exc, LimitExceeded):
+            return error_response(502, str(exc), "upstream_error", exc.code)
+        status, message, code = describe_failure(exc)
+        return error_response(status, message, "upstream_error", code)
+    finally:
+        await upstream.aclose()
+    try:
+        body = json_codec.loads(raw)
+    except json_codec.JSONDecodeError:
+        body = None  # not ours to fix: passed on as received
+    if isinstance(body, dict) and await chain.on_response(body):
+        raw = json_codec.dumps(body)
+    if (recording := upstream.extensions.get(CASSETTE)) is not None:
+        recording.sent(raw)
+        recording.save()
+    on_close()  # a sync background task would cost a thread hand-off per request
+    response = Response(raw, status_code=upstream.status_code)
+    response.raw_headers.extend(headers)
+    return response
+
+
+def raw_body(upstream: httpx.Response) -> AsyncIterator[bytes]:
+    """The body as the upstream framed it, undecoded. A response that an in-process transport
+    built from bytes is already read: its content is the whole body."""
+    if upstream.is_stream_consumed:
+        return _one(upstream.content)
+    return upstream.aiter_raw()
+
+
+async def _one(content: bytes) -> AsyncIterator[bytes]:
+    yield content
+
+
+class _Closing:
+    """The body the client gets, which closes the upstream response and books the exchange
+    exactly once, however the stream ends: run out, failed, cancelled, or closed before its
+    first byte (a shutdown landing while the response head was still being written), which an
+    async generator's `finally` would never see. A recording transport also gets to see what
+    the client was sent."""
+
+    def __init__(
+        self, upstream: httpx.Response, body: AsyncIterator[bytes], on_close: OnClose
+    ) -> None:
+        self._upstream = upstream
+        self._body = body
+        self._on_close = on_close
+        self._recording = upstream.extensions.get(CASSETTE)
+        self._closed = False
+
+    def __aiter__(self) -> _Closing:
+        return self
+
+    async def __anext__(self) -> bytes:
+        try:
+            part = await anext(self._body)
+        except BaseException:  # the end, a failure or a cancellation: cleaned up, then raised
+            await self.aclose()
+            raise
+        if self._recording is not None:
+            self._recording.sent(part)
+        return part
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        # Bookkeeping first: when a shutdown cancels this stream, an await below is where the
+        # cancellation lands, and the exchange must still be logged and counted.
+        try:
+            self._on_close()
+            if self._recording is not None:
+                self._recording.save()
+        finally:
+            try:
+                aclose = getattr(self._body, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+            finally:
+                await self._upstream.aclose()

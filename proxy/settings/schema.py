@@ -1,0 +1,260 @@
+"""Configuration: frozen dataclasses, and the one place that reads the config file and environment.
+
+Precedence, lowest first: built-in defaults, the TOML config file, `STREAMFIX_*` environment
+variables, command-line flags (passed in as `overrides`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from proxy.settings.values import (
+    ConfigError,
+    field_names,
+    flatten,
+    is_http_url,
+    one_of,
+    read_toml,
+    replace_checked,
+)
+from proxy.repair.profiles import PROFILES
+
+GEMINI_OPENAI_BASE_URL = "https://generativelanguage.googleapis.com/v1beta/openai"
+
+# Environment variable -> dotted config key.
+ENVIRONMENT_KEYS = {
+    "STREAMFIX_UPSTREAM": "upstream.base_url",
+    "STREAMFIX_PROFILE": "upstream.profile",
+    "STREAMFIX_HOST": "server.host",
+    "STREAMFIX_PORT": "server.port",
+    "STREAMFIX_WORKERS": "server.workers",
+    "STREAMFIX_LOG_FORMAT": "server.log_format",
+}
+
+
+UPSTREAM_CLIENTS = ("http1", "httpx")
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    max_request_bytes: int = 16 * 1024 * 1024
+    max_event_bytes: int = 8 * 1024 * 1024
+    max_response_bytes: int = 64 * 1024 * 1024
+    """Largest non-streamed upstream body the proxy buffers to repair (decoded); past it 502."""
+    log_format: str = "text"
+    """"text" (one human-readable line per exchange) or "json" (one JSON object per line)."""
+    workers: int = 1
+    shutdown_grace_seconds: float = 30.0
+    """On SIGTERM: stop accepting, let open streams finish for this long, then close them."""
+    trust_env: bool = True
+    """Send upstream traffic through the egress proxies the environment names (HTTPS_PROXY,
+    HTTP_PROXY, ALL_PROXY, NO_PROXY, in either case), as curl and httpx do; false: direct."""
+    upstream_client: str = "http1"
+    """"http1" (the proxy's own HTTP/1.1 client, on httptools) or "httpx" (httpx's transport)."""
+    upstream_max_head_bytes: int = 65_536
+    """Largest upstream response head (status line and fields, 1xx heads included) the own
+    client reads; past it 502 and the connection is dropped (Envoy ~60 KiB, h11 100 KiB)."""
+    upstream_max_fields: int = 100
+    """Most fields in one upstream response head, or in its trailers (Envoy: 100)."""
+    upstream_max_line_bytes: int = 16_384
+    """Longest chunk-size line (with its extensions) or trailer field from an upstream."""
+    header_timeout_seconds: float = 10.0
+    """A connection's request head must arrive whole within this (else 408 and close)."""
+    max_header_bytes: int = 65_536
+    """Largest request head (request line and headers) accepted (else 431 and close)."""
+    body_timeout_seconds: float = 30.0
+    """Longest pause between two pieces of a request body (else 408 and close)."""
+    body_total_timeout_seconds: float = 120.0
+    """The whole request body must arrive within this, however steadily it drips (else 408)."""
+    max_buffered_request_bytes: int = 268_435_456
+    """Request bodies being received, across all connections of a process (else 503)."""
+    max_connections: int = 2048
+    """Open client connections per process; one beyond it gets 503 and is closed."""
+    keepalive_timeout_seconds: float = 5.0
+    """An idle kept-alive connection is closed after this long without a new request."""
+
+    def __post_init__(self) -> None:
+        one_of("log_format", self.log_format, ("text", "json"))
+        one_of("upstream_client", self.upstream_client, UPSTREAM_CLIENTS)
+        if not 0 < self.port < 65536:
+            raise ConfigError(f"port: must be between 1 and 65535, got {self.port}")
+
+
+PROFILE_NAMES = ("auto", *PROFILES)
+"""Every profile a route may name: "auto" (detect it), or one of proxy/repair/profiles.py."""
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamSettings:
+    base_url: str = GEMINI_OPENAI_BASE_URL
+    connect_timeout: float = 10.0
+    read_timeout: float = 600.0
+    profile: str = "auto"
+    """Provider profile; "auto" detects it from the base URL's host, else the model name."""
+    api_key_env: str = ""
+    """Name of an environment variable holding this upstream's own key (never the key)."""
+    model: str = ""
+    """Model name sent upstream instead of the client's, when set."""
+
+    def __post_init__(self) -> None:
+        one_of("profile", self.profile, PROFILE_NAMES)
+        if not is_http_url(self.base_url):
+            raise ConfigError(
+                f"base_url: must be an http:// or https:// URL, got {self.base_url!r}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class RouteSettings(UpstreamSettings):
+    """An upstream for the models matching `models` (shell-style patterns, first route wins)."""
+
+    name: str = ""
+    models: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        UpstreamSettings.__post_init__(self)
+        if not self.name:
+            raise ConfigError("name: every route needs a name")
+        if not self.models or not all(isinstance(m, str) and m for m in self.models):
+            raise ConfigError("models: a non-empty list of model name patterns")
+
+
+@dataclass(frozen=True, slots=True)
+class SignatureSettings:
+    store: str = "memory"
+    """"memory", or "redis://host:port/db" to share receipts between replicas and restarts."""
+    max_entries: int = 100_000
+    ttl_seconds: float = 86_400.0
+    on_missing: str = "placeholder"
+    tenant_header: str = ""
+    """A header that subdivides a credential's tenant (hash of credential and header value); it
+    never replaces the credential, and must be set by a trusted hop. Empty: the credential's
+    hash alone."""
+    max_value_bytes: int = 1_048_576
+    """Receipts larger than this are not stored, so no upstream can grow the store without bound
+    (reasoning texts are large: DeepSeek's can run to hundreds of kilobytes)."""
+    max_total_bytes: int = 268_435_456
+    """The memory store's budget for all receipts; least recently used go first beyond it."""
+
+    def __post_init__(self) -> None:
+        one_of("on_missing", self.on_missing, ("placeholder", "leave"))
+        if self.store != "memory" and not self.store.startswith(("redis://", "rediss://")):
+            raise ConfigError(f'store: must be "memory" or a redis:// URL, got {self.store!r}')
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallSettings:
+    emit: str = "atomic"
+    max_buffered_bytes: int = 8 * 1024 * 1024
+    """Tool-call arguments one exchange may hold while assembling calls; past it the stream
+    ends with an error event (the calls cannot be delivered whole)."""
+
+    def __post_init__(self) -> None:
+        one_of("emit", self.emit, ("atomic", "incremental"))
+
+
+@dataclass(frozen=True, slots=True)
+class HistorySettings:
+    repair: bool = True
+    """Heal the request's tool-call history (orphan results, missing results, duplicates)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecordingSettings:
+    record_dir: str = ""
+    """Write one cassette per exchange here (live traffic still flows)."""
+    replay_dir: str = ""
+    """Serve upstream answers from the cassettes here, with no network."""
+    replay_timing: bool = False
+    """Replay chunks with their recorded arrival times instead of at once."""
+    secret_headers: tuple[str, ...] = ()
+    """Extra request/response headers never written to a cassette (credentials always are not)."""
+
+    def __post_init__(self) -> None:
+        if self.record_dir and self.replay_dir:
+            raise ConfigError("record_dir: cannot be set together with replay_dir")
+        if not all(isinstance(name, str) for name in self.secret_headers):
+            raise ConfigError("secret_headers: must be a list of header names")
+
+
+@dataclass(frozen=True, slots=True)
+class RepairSettings:
+    enabled: bool = True
+    strict: bool = False
+    """Re-raise a failing repair instead of passing the chunk unrepaired (tests use this)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    server: ServerSettings = field(default_factory=ServerSettings)
+    upstream: UpstreamSettings = field(default_factory=UpstreamSettings)
+    tool_calls: ToolCallSettings = field(default_factory=ToolCallSettings)
+    signatures: SignatureSettings = field(default_factory=SignatureSettings)
+    history: HistorySettings = field(default_factory=HistorySettings)
+    recording: RecordingSettings = field(default_factory=RecordingSettings)
+    routes: tuple[RouteSettings, ...] = ()
+    """Tried in order before the default route (`upstream`)."""
+    repairs: RepairSettings = field(default_factory=RepairSettings)
+
+    @classmethod
+    def load(
+        cls,
+        path: str | Path | None = None,
+        environ: Mapping[str, str] | None = None,
+        overrides: Mapping[str, Any] | None = None,
+    ) -> Settings:
+        """Build settings from a config file, the environment and flags (dotted keys)."""
+        environ = environ if environ is not None else {}
+        path = path or environ.get("STREAMFIX_CONFIG")
+        values: dict[str, Any] = {}
+        if path:
+            values.update(flatten(read_toml(Path(path))))
+        values.update(
+            {key: environ[name] for name, key in ENVIRONMENT_KEYS.items() if environ.get(name)}
+        )
+        values.update({key: value for key, value in (overrides or {}).items() if value is not None})
+        return cls().with_values(values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, document: Mapping[str, Any]) -> Settings:
+        """The inverse of `to_dict` (how worker processes receive the parent's settings)."""
+        return cls().with_values(flatten(document))
+
+    def with_values(self, values: Mapping[str, Any]) -> Settings:
+        """A copy with dotted keys (`"tool_calls.emit"`) set, each checked and converted."""
+        sections: dict[str, dict[str, Any]] = {}
+        changes: dict[str, Any] = {}
+        for key, value in values.items():
+            if key == "routes":
+                changes["routes"] = _routes(value)
+                continue
+            section, _, name = key.partition(".")
+            sections.setdefault(section, {})[name] = value
+        for section, items in sections.items():
+            known = section in field_names(self) and section != "routes"
+            current = getattr(self, section) if known else None
+            if current is None:
+                raise ConfigError(f"{section}: unknown config section")
+            changes[section] = replace_checked(section, current, items)
+        return replace(self, **changes)
+
+
+def _routes(tables: Any) -> tuple[RouteSettings, ...]:
+    if not isinstance(tables, list | tuple) or not all(isinstance(t, Mapping) for t in tables):
+        raise ConfigError("routes: must be a list of [[routes]] tables")
+    routes = tuple(
+        replace_checked(f"routes[{i}]", RouteSettings(name="-", models=("-",)), table)
+        for i, table in enumerate(tables)
+    )
+    names = [route.name for route in routes]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"routes: route names must be unique, got {names}")
+    return routes

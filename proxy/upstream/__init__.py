@@ -1,0 +1,1 @@
+"""The upstream side: which route a request takes, the headers that cross, and the transports that carry it (live HTTP/1.1, recording, replaying)."""
