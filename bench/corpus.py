@@ -62,8 +62,8 @@ from starlette.requests import Request  # noqa: E402
 from starlette.responses import Response  # noqa: E402
 from starlette.routing import Route  # noqa: E402
 
-from proxy.server.app import create_app  # noqa: E402
 from proxy.repair.conformance import violations  # noqa: E402
+from proxy.server.app import create_app  # noqa: E402
 from proxy.settings.schema import Settings  # noqa: E402
 from proxy.wire.sse import DONE, SSEDecoder  # noqa: E402
 from tests.clients.vercel import SDK_VERSIONS, run_vercel  # noqa: E402

@@ -16,7 +16,8 @@ Processes, all on 127.0.0.1, each its own process group, all ended in `finally`:
   **litellm** (`litellm[proxy]` in bench/results/litellm-venv, installed when missing, an
   OpenAI-compatible passthrough `openai/*` to the same fake); with `--compare-clients` also
   **do-nothing-httpx** (do-nothing with `server.upstream_client = "httpx"`: the upstream client
-  proxy/upstream/http1.py replaced), so the client's own effect is a ratio of two columns of one run;
+  proxy/upstream/http1.py replaced), so the client's own effect is a ratio of two columns of one
+  run;
 - the load generator (bench/perf_load.py): raw asyncio HTTP/1.1 client, one process, jobs
   over a pipe.
 

@@ -116,8 +116,8 @@ def app_from_environment() -> object:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from proxy.server.logs import configure_logging
     from proxy.replay_check import check_directory
+    from proxy.server.logs import configure_logging
 
     configure_logging("error")  # the report is the output; repairs' notes would bury it
     settings = Settings.load(args.config, os.environ)

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import httpx
 
-from proxy.server.app import create_app
-from proxy.upstream.cassettes import Cassette
 from proxy.repair.conformance import violations
-from proxy.upstream.recording import ReplayTransport
+from proxy.server.app import create_app
 from proxy.settings.schema import Settings
+from proxy.upstream.cassettes import Cassette
+from proxy.upstream.recording import ReplayTransport
 
 
 @dataclass

@@ -35,8 +35,8 @@ from urllib.parse import urlsplit
 import openai
 
 from proxy.server.app import create_app
-from proxy.upstream.cassettes import Cassette
 from proxy.settings.schema import Settings
+from proxy.upstream.cassettes import Cassette
 from tests.fake_upstream import (
     Chunking,
     FakeUpstream,

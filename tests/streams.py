@@ -12,10 +12,10 @@ import orjson
 from proxy.repair.conformance import stream_chunks
 from proxy.repair.exchange import Exchange
 from proxy.repair.pipeline import RepairChain, repaired_stream
+from proxy.repair.receipts.store import MemoryStore
 from proxy.repair.repairs import default_repairs
 from proxy.settings.schema import Settings
 from proxy.wire.sse import SSEDecoder
-from proxy.repair.receipts.store import MemoryStore
 
 
 def repair_stream(

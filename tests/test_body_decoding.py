@@ -1,5 +1,5 @@
-"""Bounded decoding of compressed upstream bodies (proxy/upstream/body_decoding.py): a bomb costs the
-proxy at most its limit plus one piece, whatever one network read inflates to."""
+"""Bounded decoding of compressed upstream bodies (proxy/upstream/body_decoding.py): a bomb
+costs the proxy at most its limit plus one piece, whatever one network read inflates to."""
 
 from __future__ import annotations
 

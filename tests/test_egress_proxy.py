@@ -1,4 +1,5 @@
-"""Egress proxies (proxy/upstream/egress.py, proxy/upstream/transports.py live_transport): HTTPS_PROXY, HTTP_PROXY,
+"""Egress proxies (proxy/upstream/egress.py, proxy/upstream/transports.py live_transport):
+HTTPS_PROXY, HTTP_PROXY,
 ALL_PROXY and NO_PROXY as httpx reads them, through a forward proxy on loopback.
 
 The environment is always passed explicitly (`live_transport(server, environ)`), never set in
@@ -15,11 +16,11 @@ import pytest
 import trustme
 
 from proxy.server.app import create_app
+from proxy.settings.schema import ServerSettings, Settings
 from proxy.settings.values import ConfigError
 from proxy.upstream.egress import EgressRules, EgressTransport, masked, proxy_variables
 from proxy.upstream.http1 import Http1Transport
 from proxy.upstream.transports import ShardedTransport, live_transport
-from proxy.settings.schema import ServerSettings, Settings
 from tests.egress_servers import (
     ForwardProxy,
     Upstream,

@@ -26,8 +26,8 @@ import httpx
 import orjson
 import pytest
 
-from proxy.server.app import create_app
 from proxy.repair.conformance import stream_chunks, violations
+from proxy.server.app import create_app
 from proxy.settings.schema import Settings
 from tests.conftest import running_proxy
 from tests.fake_upstream import FakeUpstream, running_fake_upstream

@@ -1,5 +1,5 @@
-"""Happy Eyeballs in the own client (proxy/upstream/happy_eyeballs.py, Http1Transport._connect): a host
-name's addresses are raced, so a dead first one costs 250 ms rather than the connect timeout.
+"""Happy Eyeballs in the own client (proxy/upstream/happy_eyeballs.py, Http1Transport._connect): a
+host name's addresses are raced, so a dead first one costs 250 ms rather than the connect timeout.
 
 The loop's resolver (`loop.getaddrinfo`) is replaced by one that gives loopback addresses of
 the test's choosing; a dead address is a listener whose accept queue is full, so that its

@@ -18,8 +18,8 @@ import pytest
 import uvicorn
 
 from proxy.server.app import create_app
-from proxy.upstream.http1 import Http1Transport
 from proxy.settings.schema import Settings
+from proxy.upstream.http1 import Http1Transport
 from tests.servers import free_port, serving_in_thread
 from tests.test_faults import (
     LAST_CHUNK,

@@ -1,5 +1,5 @@
-"""`POST /v1/chat/completions` skips Starlette's router and middlewares (proxy/server/asgi.py): it must
-still answer like the rest of the proxy, bugs of ours included, and leave other paths alone."""
+"""`POST /v1/chat/completions` skips Starlette's router and middlewares (proxy/server/asgi.py): it
+must still answer like the rest of the proxy, bugs of ours included, and leave other paths alone."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The upstream HTTP/1.1 client (proxy/upstream/http1.py, proxy/upstream/http1_connection.py) driven directly,
+"""The upstream HTTP/1.1 client (proxy/upstream/http1.py, proxy/upstream/http1_connection.py)
+driven directly,
 against small scripted asyncio servers, under both the default event loop and uvloop.
 
 The tests are plain functions that hand a coroutine to the `run` fixture rather than pytest-asyncio

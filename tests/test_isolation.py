@@ -27,10 +27,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from proxy.repair.receipts.store import MemoryStore
 from proxy.server.app import create_app
 from proxy.server.logs import JsonFormatter
 from proxy.settings.schema import Settings
-from proxy.repair.receipts.store import MemoryStore
 from tests.conftest import running_proxy
 from tests.fake_upstream import running_fake_upstream
 from tests.gemini_upstream import TWO_STEPS, running_gemini_upstream, signature_of, tool_calls_of
@@ -102,7 +102,9 @@ def rendered(records: list[logging.LogRecord], threads: set[str]) -> str:
     text = logging.Formatter("%(name)s %(levelname)s %(message)s")
     lines = []
     mine = [r for r in records if r.threadName in threads]
-    assert any(r.name == "proxy.server.app" for r in mine), "none of the proxy's records were captured"
+    assert any(r.name == "proxy.server.app" for r in mine), (
+        "none of the proxy's records were captured"
+    )
     for record in mine:
         lines += [text.format(record), JsonFormatter().format(record), repr(record.args)]
     return "\n".join(lines)

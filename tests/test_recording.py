@@ -34,8 +34,8 @@ import openai
 import orjson
 import pytest
 
-from proxy.upstream.cassettes import Cassette
 from proxy.repair.conformance import violations
+from proxy.upstream.cassettes import Cassette
 from proxy.upstream.recording import ReplayTransport
 from tests.clients.vercel import run_vercel, run_vercel_agent
 from tests.conftest import running_proxy

@@ -35,11 +35,11 @@ import openai
 import orjson
 import pytest
 
+from proxy.replay_check import check_directory
 from proxy.server.app import create_app
+from proxy.settings.schema import Settings
 from proxy.upstream.cassettes import Cassette, Chunk, canonical_request, proxy_written_fields
 from proxy.upstream.recording import ReplayTransport
-from proxy.replay_check import check_directory
-from proxy.settings.schema import Settings
 from tests.conftest import running_proxy
 from tests.gemini_upstream import TOOL_SCHEMAS, TWO_STEPS, running_gemini_upstream
 

@@ -9,8 +9,8 @@ import httpx
 import pytest
 
 from proxy.server.app import create_app
-from proxy.upstream.routes import Router
 from proxy.settings.schema import ConfigError, Settings
+from proxy.upstream.routes import Router
 from tests.fake_upstream import running_fake_upstream
 from tests.servers import serve_in_thread
 

@@ -17,8 +17,8 @@ import orjson
 import pytest
 import redis
 
-from proxy.settings.schema import SignatureSettings
 from proxy.repair.receipts.store import MemoryStore, RedisStore, entry_bytes, open_store
+from proxy.settings.schema import SignatureSettings
 from tests.redis_server import RedisServer, started_redis_server
 
 # One store call while Redis is down must come back within this (the brief says "~2 s").

@@ -24,11 +24,11 @@ import httpx
 import orjson
 import pytest
 
+from proxy.repair.tenancy import ReceiptScope, tenant_of
 from proxy.server.app import Proxy
 from proxy.server.auth import parse_keys
 from proxy.server.logs import JsonFormatter, TextFormatter, configure_logging, escape_controls
 from proxy.settings.schema import ConfigError, Settings
-from proxy.repair.tenancy import ReceiptScope, tenant_of
 from tests.conftest import running_proxy
 from tests.fake_upstream import running_fake_upstream
 from tests.gemini_upstream import (
@@ -298,7 +298,9 @@ def test_streamfix_serve_exits_2_on_blank_proxy_keys() -> None:
 
 # ── text logs ────────────────────────────────────────────────────────────────
 
-FORGED_MODEL = "m\n2026-01-01 INFO proxy.server.app forged\r\x1b[2K\x1b[1Aclean\x00\x7f\x9b\u2028end"
+FORGED_MODEL = (
+    "m\n2026-01-01 INFO proxy.server.app forged\r\x1b[2K\x1b[1Aclean\x00\x7f\x9b\u2028end"
+)
 
 
 def installed_text_formatter() -> logging.Formatter:

@@ -9,9 +9,9 @@ import httpx
 import pytest
 
 from proxy.server.app import create_app
+from proxy.settings.schema import Settings
 from proxy.upstream.http1 import RETRIED
 from proxy.upstream.transports import ShardedTransport
-from proxy.settings.schema import Settings
 from tests.servers import serve_in_thread
 
 SSE = b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\ndata: [DONE]\n\n'

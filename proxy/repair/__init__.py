@@ -1,1 +1,2 @@
-"""The repair domain: one exchange's facts, the provider profiles, the chain and its stream loop, and what the repairs share."""
+"""The repair domain: one exchange's facts, the provider profiles, the chain and its stream
+loop, tenancy, conformance, and what the repairs share."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 
-class ContentPartsRepair:
+class ContentPartsFlattener:
     """Mistral's Magistral streams its thinking as `delta.content` ARRAYS of
     `{"type": "thinking", "thinking": [{"type": "text", "text": …}]}` blocks (and sometimes
     `{"type": "text", "text": …}` blocks) before plain string content. A streamed `content` is a

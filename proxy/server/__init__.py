@@ -1,1 +1,2 @@
-"""The server: the ASGI app and its routes, the client side of every exchange (auth, limits, errors, logs, metrics) and the responses it sends."""
+"""The client side of every exchange: the ASGI app and its routes, auth, limits, errors, logs,
+metrics, the chat request reader, and the responses sent back."""

@@ -13,37 +13,31 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route as Endpoint
+from starlette.routing import Route
 
-from proxy.wire import json_codec
+from proxy.repair.exchange import Exchange
+from proxy.repair.pipeline import RepairChain
+from proxy.repair.receipts.store import ReceiptStore, open_store
+from proxy.repair.repairs import default_repairs
+from proxy.repair.tenancy import ReceiptScope, tenant_of
 from proxy.server.asgi import StreamfixApp, http_error, internal_error
 from proxy.server.auth import is_allowed, parse_keys
-from proxy.upstream.body_decoding import decoder_for
 from proxy.server.body_limits import BodyBudget
 from proxy.server.chat_request import model_of, parse_chat_request, read_body
 from proxy.server.delivery import relay, repaired_json, repaired_sse
 from proxy.server.errors import ClientError, error_response
-from proxy.repair.exchange import Exchange
-from proxy.upstream.http1 import RETRIED
-from proxy.server.logs import EXCHANGE
+from proxy.server.logs import EXCHANGE, quiet_client_loggers
 from proxy.server.metrics import CONTENT_TYPE, Metrics
 from proxy.server.paths import UnsafePath, checked_relative
-from proxy.repair.pipeline import RepairChain
-from proxy.upstream.transports import live_transport, upstream_base_urls
-from proxy.upstream.recording import UPSTREAM, upstream_transport
-from proxy.repair.repairs import default_repairs
-from proxy.upstream.routes import Route, Router
 from proxy.settings.schema import ConfigError, Settings
-from proxy.repair.receipts.store import ReceiptStore, open_store
-from proxy.repair.tenancy import ReceiptScope, tenant_of
-from proxy.upstream.headers import (
-    RawHeaders,
-    describe_failure,
-    request_headers,
-    response_headers,
-    upstream_url,
-    without_credential_parameters,
-)
+from proxy.upstream.body_decoding import decoder_for
+from proxy.upstream.failures import describe_failure
+from proxy.upstream.headers import RawHeaders, request_headers, response_headers
+from proxy.upstream.http1 import RETRIED
+from proxy.upstream.recording import UPSTREAM, upstream_transport
+from proxy.upstream.routes import Router, UpstreamRoute, upstream_url, without_credential_parameters
+from proxy.upstream.transports import live_transport, upstream_base_urls
+from proxy.wire import json_codec
 
 CHAT_PATH = b"chat/completions"
 
@@ -60,6 +54,7 @@ class Proxy:
         environ: Mapping[str, str] | None = None,
     ) -> None:
         environ = os.environ if environ is None else environ
+        quiet_client_loggers()
         self.settings = settings
         self.router = Router(settings, environ)
         self.proxy_keys = parse_keys(environ.get("STREAMFIX_API_KEYS"))
@@ -196,7 +191,9 @@ class Proxy:
                 "authentication_error",
             )
 
-    def _exchange(self, request: Request, request_id: str, body: dict, route: Route) -> Exchange:
+    def _exchange(
+        self, request: Request, request_id: str, body: dict, route: UpstreamRoute
+    ) -> Exchange:
         # Every credential form the proxy forwards names the tenant, `?key=` included.
         query = request.scope.get("query_string", b"")
         tenant = tenant_of(request.headers, self.settings.signatures.tenant_header, query=query)
@@ -209,7 +206,12 @@ class Proxy:
         )
 
     async def _send(
-        self, request: Request, route: Route, path: bytes, content: bytes, exchange: Exchange
+        self,
+        request: Request,
+        route: UpstreamRoute,
+        path: bytes,
+        content: bytes,
+        exchange: Exchange,
     ) -> httpx.Response | Response:
         drop_credential = bool(self.proxy_keys)
         headers = request_headers(
@@ -315,12 +317,12 @@ def create_app(
 ) -> StreamfixApp:
     proxy = Proxy(settings, transport)
     endpoints = [
-        Endpoint("/healthz", proxy.healthz, methods=["GET"]),
-        Endpoint("/readyz", proxy.readyz, methods=["GET"]),
-        Endpoint("/metrics", proxy.metrics_endpoint, methods=["GET"]),
+        Route("/healthz", proxy.healthz, methods=["GET"]),
+        Route("/readyz", proxy.readyz, methods=["GET"]),
+        Route("/metrics", proxy.metrics_endpoint, methods=["GET"]),
         # POST /v1/chat/completions is not here: StreamfixApp sends it straight to its handler
         # (one registration); its other methods are passthrough like any /v1/ path.
-        Endpoint(
+        Route(
             "/v1/{path:path}",
             proxy.passthrough,
             methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"],

@@ -8,10 +8,10 @@ from typing import Any
 import orjson
 from starlette.requests import Request
 
-from proxy.wire import json_codec
 from proxy.server.body_limits import BodyBudget, body_timed_out
 from proxy.server.errors import ClientError
 from proxy.settings.schema import ServerSettings
+from proxy.wire import json_codec
 
 
 async def read_body(request: Request, server: ServerSettings, budget: BodyBudget) -> bytes:

@@ -17,9 +17,9 @@ httptools puts no bound on a head's size. This subclass adds, per connection:
 The body itself, while the app reads it, is timed by `proxy.server.chat_request.read_body`. Nothing
 here runs while a response is being sent: the limits are on the client's request only.
 
-The limits come from the uvicorn Config (`client_limits`, see proxy/server/serving.py), which uvicorn
-also pickles to worker processes. Only httptools is subclassed: it is a dependency of the proxy
-(pyproject.toml), so uvicorn's h11 fallback is never chosen for `streamfix serve`.
+The limits come from the uvicorn Config (`client_limits`, see proxy/server/serving.py), which
+uvicorn also pickles to worker processes. Only httptools is subclassed: it is a dependency of the
+proxy (pyproject.toml), so uvicorn's h11 fallback is never chosen for `streamfix serve`.
 """
 
 from __future__ import annotations

@@ -7,16 +7,17 @@ from collections.abc import AsyncIterator, Callable, Mapping
 import httpx
 from starlette.responses import Response
 
-from proxy.wire import json_codec
-from proxy.upstream.body_decoding import Decoder, decoded, read_limited
-from proxy.server.errors import error_event, error_response
 from proxy.repair.exchange import Exchange
-from proxy.wire.limits import LimitExceeded
 from proxy.repair.pipeline import RepairChain, repaired_stream
-from proxy.upstream.recording import CASSETTE
-from proxy.wire.sse import SSEDecoder
+from proxy.server.errors import error_event, error_response
 from proxy.server.streamed_response import StreamedResponse
-from proxy.upstream.headers import RawHeaders, describe_failure
+from proxy.upstream.body_decoding import Decoder, decoded, read_limited
+from proxy.upstream.failures import describe_failure
+from proxy.upstream.headers import RawHeaders
+from proxy.upstream.recording import CASSETTE
+from proxy.wire import json_codec
+from proxy.wire.limits import LimitExceeded
+from proxy.wire.sse import SSEDecoder
 
 Headers = RawHeaders | Mapping[str, str]
 

@@ -61,7 +61,16 @@ class JsonFormatter(logging.Formatter):
         return text.translate(_JSON_ESCAPES) if _CONTROL.search(text) else text
 
 
+def quiet_client_loggers() -> None:
+    """httpx logs every request URL at INFO and DEBUG, query string included, and a query string
+    can carry a credential (Google's `?key=`). The proxy logs its own line per exchange instead.
+    Called when an app or the command line's logging is set up, never at import."""
+    for name in ("httpx", "httpcore"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def configure_logging(level: str = "info", fmt: str = "text") -> None:
+    quiet_client_loggers()
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
         handler.setFormatter(JsonFormatter())

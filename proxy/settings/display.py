@@ -7,8 +7,8 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from proxy.server.auth import parse_keys
-from proxy.wire.credentials import SECRET_PARAMETERS
 from proxy.settings.schema import Settings
+from proxy.wire.credentials import SECRET_PARAMETERS
 
 MASK = "****"
 

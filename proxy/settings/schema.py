@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from proxy.repair.profiles import PROFILES
 from proxy.settings.values import (
     ConfigError,
     field_names,
@@ -20,7 +21,6 @@ from proxy.settings.values import (
     read_toml,
     replace_checked,
 )
-from proxy.repair.profiles import PROFILES
 
 GEMINI_OPENAI_BASE_URL = "https://generativelanguage.googleapis.com/v1beta/openai"
 

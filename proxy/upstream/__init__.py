@@ -1,1 +1,2 @@
-"""The upstream side: which route a request takes, the headers that cross, and the transports that carry it (live HTTP/1.1, recording, replaying)."""
+"""The upstream side: which route a request takes, the headers that cross, and the transports
+that carry it (live HTTP/1.1 or httpx, recording, replaying: only the transport differs)."""

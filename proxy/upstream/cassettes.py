@@ -19,10 +19,10 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import orjson
 
+from proxy.repair.profiles import PROFILES
 from proxy.wire.credentials import CREDENTIAL_HEADERS, CREDENTIAL_PARAMETERS
 from proxy.wire.json_paths import Path as FieldPath
 from proxy.wire.json_paths import get_path, remove_path
-from proxy.repair.profiles import PROFILES
 
 FORMAT = "streamfix-cassette/1"
 

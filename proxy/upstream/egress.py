@@ -5,7 +5,8 @@ The proxy's own client (proxy/upstream/http1.py) speaks to the upstream only; a 
 through httpx's transport instead (`httpx.AsyncHTTPTransport(proxy=...)`: CONNECT tunnels for
 https, absolute-form requests for http, socks5 with httpx[socks]), one per proxy URL. Which
 origin goes where is decided once per origin, so a request pays one dict look-up, and a process
-with no proxy variables gets the direct transport unwrapped (`proxy.upstream.transports.live_transport`).
+with no proxy variables gets the direct transport unwrapped
+(`proxy.upstream.transports.live_transport`).
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ import anyio
 import httpx
 import orjson
 
+from proxy.settings.schema import Settings
 from proxy.upstream.cassettes import (
     Cassette,
     Chunk,
@@ -27,7 +28,6 @@ from proxy.upstream.cassettes import (
     safe_url,
 )
 from proxy.upstream.transports import live_transport, upstream_base_urls
-from proxy.settings.schema import Settings
 
 logger = logging.getLogger(__name__)
 

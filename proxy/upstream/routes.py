@@ -1,24 +1,26 @@
-"""Which upstream a request goes to: the first route whose model patterns match, else the
-default route (`[upstream]`). Fixed by configuration: no client header can redirect it."""
+"""Where a request goes: the first route whose model patterns match, else the default route
+(`[upstream]`), and the URL and timeouts on that upstream. Fixed by configuration: no client
+header or path can redirect it."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from urllib.parse import unquote_plus
 
 import httpx
 
 from proxy.repair.profiles import ProviderProfile, profile_for
-from proxy.settings.schema import ConfigError, Settings, UpstreamSettings
 from proxy.repair.tenancy import upstream_identity
-from proxy.upstream.headers import client_timeout
+from proxy.settings.schema import ConfigError, Settings, UpstreamSettings
+from proxy.wire.credentials import CREDENTIAL_PARAMETERS
 
 DEFAULT_ROUTE = "default"
 
 
 @dataclass(frozen=True, slots=True)
-class Route:
+class UpstreamRoute:
     name: str
     upstream: UpstreamSettings
     patterns: tuple[str, ...]
@@ -48,7 +50,7 @@ class Router:
     def holds_keys(self) -> bool:
         return any(route.upstream_key for route in [*self.routes, self.default])
 
-    def route_for(self, model: object) -> Route:
+    def route_for(self, model: object) -> UpstreamRoute:
         if isinstance(model, str):
             for route in self.routes:
                 if route.matches(model):
@@ -62,7 +64,7 @@ def _route(
     upstream: UpstreamSettings,
     patterns: tuple[str, ...],
     environ: Mapping[str, str],
-) -> Route:
+) -> UpstreamRoute:
     upstream_key = None
     if upstream.api_key_env:
         upstream_key = environ.get(upstream.api_key_env)
@@ -70,11 +72,44 @@ def _route(
             raise ConfigError(
                 f"{key}.api_key_env: environment variable {upstream.api_key_env} is not set"
             )
-    return Route(
+    return UpstreamRoute(
         name=name,
         upstream=upstream,
         patterns=patterns,
         upstream_key=upstream_key,
         identity=upstream_identity(upstream.base_url),
         timeout=client_timeout(upstream),
+    )
+
+
+def without_credential_parameters(raw_query: bytes) -> bytes:
+    """The query string minus credential parameters (Google's `?key=`), for when the client's
+    credential must not travel upstream."""
+    kept = [
+        field
+        for field in raw_query.split(b"&")
+        if field
+        and unquote_plus(field.partition(b"=")[0].decode("latin-1")).lower()
+        not in CREDENTIAL_PARAMETERS
+    ]
+    return b"&".join(kept)
+
+
+def upstream_url(settings: UpstreamSettings, raw_relative: bytes, raw_query: bytes) -> httpx.URL:
+    """`raw_relative` is the client's path after `/v1/`, as it sent it (checked by
+    `paths.checked_relative`); the base URL is fixed by configuration, so no client header or
+    path can send the proxy anywhere else."""
+    base = httpx.URL(settings.base_url)
+    raw_path = base.raw_path.rstrip(b"/") + b"/" + raw_relative.lstrip(b"/")
+    if raw_query:
+        raw_path += b"?" + raw_query
+    return base.copy_with(raw_path=raw_path)
+
+
+def client_timeout(settings: UpstreamSettings) -> httpx.Timeout:
+    return httpx.Timeout(
+        connect=settings.connect_timeout,
+        read=settings.read_timeout,
+        write=settings.read_timeout,
+        pool=settings.connect_timeout,
     )

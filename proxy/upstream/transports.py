@@ -10,9 +10,9 @@ from collections.abc import Iterable, Mapping
 
 import httpx
 
+from proxy.settings.schema import ServerSettings, Settings
 from proxy.upstream.egress import EgressRules, EgressTransport
 from proxy.upstream.http1 import KEEPALIVE_EXPIRY, Http1Transport
-from proxy.settings.schema import ServerSettings, Settings
 
 SHARDS = 16
 KEEPALIVE_PER_SHARD = 16

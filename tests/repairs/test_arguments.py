@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from proxy.repair.calls.arguments import ArgumentLeakRepair
+from proxy.repair.calls.arguments import ArgumentMender
 from tests.streams import assembled_calls, repair_stream, sse
 
 CALLS = [
@@ -82,13 +82,13 @@ def test_empty_arguments_become_an_empty_object() -> None:
     ],
 )
 def test_anything_else_passes_as_received(arguments: list[str]) -> None:
-    assert ArgumentLeakRepair().repair(arguments) is None
+    assert ArgumentMender().repair(arguments) is None
     out = repair_stream(stream_of(arguments))
     assert [c["arguments"] for c in assembled_calls(out)[0]] == arguments
 
 
 def test_valid_arguments_are_untouched() -> None:
-    assert ArgumentLeakRepair().repair(['{"a":1}', " [1, 2] "]) is None
+    assert ArgumentMender().repair(['{"a":1}', " [1, 2] "]) is None
 
 
 def test_non_streamed_leak_and_empty_arguments_are_mended() -> None:

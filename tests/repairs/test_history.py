@@ -93,9 +93,9 @@ def test_the_open_webui_broken_round_is_healed() -> None:
 
 
 def test_repair_can_be_turned_off() -> None:
+    from proxy.repair.receipts.store import MemoryStore
     from proxy.repair.repairs import default_repairs
     from proxy.settings.schema import Settings
-    from proxy.repair.receipts.store import MemoryStore
 
     repairs = default_repairs(
         Settings().with_values({"history.repair": False}), Exchange("r"), MemoryStore(1, 1)

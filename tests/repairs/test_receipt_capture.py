@@ -12,8 +12,8 @@ import pytest
 from proxy.repair.exchange import Exchange
 from proxy.repair.profiles import PROFILES, ReceiptRule, profile_for
 from proxy.repair.receipts.capture import FieldBuilder
-from proxy.repair.repairs.receipts import ReceiptRepair
 from proxy.repair.receipts.store import MemoryStore
+from proxy.repair.repairs.receipts import ReceiptRepair
 from proxy.repair.tenancy import ReceiptScope
 
 DEEPSEEK = PROFILES["deepseek"]

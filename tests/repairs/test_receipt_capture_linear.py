@@ -19,8 +19,8 @@ from typing import Any
 from proxy.repair.exchange import Exchange
 from proxy.repair.profiles import PROFILES, ReceiptRule
 from proxy.repair.receipts.capture import FieldBuilder
-from proxy.repair.repairs.receipts import ReceiptRepair
 from proxy.repair.receipts.store import MemoryStore
+from proxy.repair.repairs.receipts import ReceiptRepair
 from proxy.repair.tenancy import ReceiptScope
 
 CONCAT = ReceiptRule("reasoning_content", ("reasoning_content",), "tool_turn", "concat")

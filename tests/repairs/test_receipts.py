@@ -10,8 +10,8 @@ import pytest
 from proxy.repair.conformance import stream_chunks
 from proxy.repair.exchange import Exchange
 from proxy.repair.profiles import PROFILES, SKIP_SIGNATURE_VALIDATOR, profile_for
-from proxy.repair.repairs.receipts import ReceiptRepair
 from proxy.repair.receipts.store import MemoryStore
+from proxy.repair.repairs.receipts import ReceiptRepair
 from proxy.repair.tenancy import ReceiptScope, tenant_of
 from tests.fake_upstream import load_transcript
 

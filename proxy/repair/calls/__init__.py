@@ -1,1 +1,2 @@
-"""What the tool-call repairs share: matching deltas to calls, mending arguments, naming calls, making up ids."""
+"""What the tool-call repairs share: matching deltas to calls, mending arguments, naming
+calls, making up ids."""

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 _DECODER = json.JSONDecoder()
 
 
-class ArgumentLeakRepair:
+class ArgumentMender:
     """vLLM's tool parsers under load let one delta close call N and open call N+1, so the
     tail of call N's arguments arrives under N+1 (`{"city": "Par` / `is"}{"city": "Tokyo"}`):
     both fail to parse and clients drop or error on both. Leaked text only ever moves forward

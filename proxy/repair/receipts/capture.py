@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.wire.json_paths import get_path
 from proxy.repair.profiles import ReceiptRule
+from proxy.wire.json_paths import get_path
 
 # In a `by_index` piece these grow by concatenation; every other field is taken as received.
 _TEXT_FIELDS = ("text", "summary", "data")

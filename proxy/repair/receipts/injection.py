@@ -6,8 +6,8 @@ import hashlib
 from collections.abc import Iterator
 from typing import Any
 
-from proxy.wire.json_paths import get_path, remove_path, set_path
 from proxy.repair.profiles import ProviderProfile, ReceiptRule
+from proxy.wire.json_paths import get_path, remove_path, set_path
 
 Message = dict[str, Any]
 

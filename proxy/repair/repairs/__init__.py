@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from proxy.repair.exchange import Exchange
 from proxy.repair.pipeline import Repair
+from proxy.repair.receipts.store import ReceiptStore
 from proxy.repair.repairs.call_ids import ReusedCallIdRepair
 from proxy.repair.repairs.finish_reason import FinishReasonRepair
 from proxy.repair.repairs.history import HistoryRepair
@@ -11,7 +12,6 @@ from proxy.repair.repairs.receipts import ReceiptRepair
 from proxy.repair.repairs.role import SingleRoleRepair
 from proxy.repair.repairs.tool_calls import ToolCallRepair
 from proxy.settings.schema import Settings
-from proxy.repair.receipts.store import ReceiptStore
 
 
 def default_repairs(settings: Settings, exchange: Exchange, store: ReceiptStore) -> list[Repair]:

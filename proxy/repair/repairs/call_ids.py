@@ -6,9 +6,9 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from proxy.repair.calls.ids import generated_call_id
 from proxy.repair.chunks import choice_index, choices_of
 from proxy.repair.exchange import Exchange
-from proxy.repair.calls.ids import generated_call_id
 from proxy.repair.pipeline import Chunk, Repair
 
 # Kimi's shape: `functions.NAME:N`, N counting the calls of one round.

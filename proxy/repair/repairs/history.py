@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from proxy.repair.exchange import Exchange
 from proxy.repair.calls.ids import generated_call_id
+from proxy.repair.exchange import Exchange
 from proxy.repair.pipeline import Repair
 
 NO_RESULT = "No result was recorded for this tool call."

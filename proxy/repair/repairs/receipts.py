@@ -9,13 +9,13 @@ import orjson
 
 from proxy.repair.chunks import choice_index, choices_of
 from proxy.repair.exchange import Exchange
-from proxy.wire.json_paths import get_path, set_path
 from proxy.repair.pipeline import Chunk, Repair
 from proxy.repair.profiles import ReceiptRule
 from proxy.repair.receipts import injection
 from proxy.repair.receipts.capture import FieldBuilder
-from proxy.settings.schema import SignatureSettings
 from proxy.repair.receipts.store import ReceiptStore
+from proxy.settings.schema import SignatureSettings
+from proxy.wire.json_paths import get_path, set_path
 
 
 class ReceiptRepair(Repair):

@@ -6,14 +6,14 @@ from typing import Any
 
 import orjson
 
-from proxy.repair.chunks import choice_index, choices_of, envelope, new_chunk, without_empty_choices
-from proxy.repair.exchange import Exchange
-from proxy.repair.calls.ids import generated_call_id
-from proxy.repair.pipeline import Chunk, Repair
-from proxy.repair.calls.arguments import ArgumentLeakRepair
+from proxy.repair.calls.arguments import ArgumentMender
 from proxy.repair.calls.assembly import AssemblyBudget, CallAssembler, ToolCall
-from proxy.repair.content_parts import ContentPartsRepair
+from proxy.repair.calls.ids import generated_call_id
 from proxy.repair.calls.names import unambiguous_tool_name
+from proxy.repair.chunks import choice_index, choices_of, envelope, new_chunk, without_empty_choices
+from proxy.repair.content_parts import ContentPartsFlattener
+from proxy.repair.exchange import Exchange
+from proxy.repair.pipeline import Chunk, Repair
 
 
 class ToolCallRepair(Repair):
@@ -36,8 +36,8 @@ class ToolCallRepair(Repair):
         self._exchange = exchange
         self._budget = AssemblyBudget(max_buffered_bytes)
         self._incremental = emit == "incremental"
-        self._arguments = ArgumentLeakRepair()
-        self._content = ContentPartsRepair()
+        self._arguments = ArgumentMender()
+        self._content = ContentPartsFlattener()
         self._choices: dict[int, CallAssembler] = {}
         self._envelope: dict[str, Any] = {}
 
