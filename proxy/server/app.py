@@ -71,7 +71,7 @@ class Proxy:
             or live_transport(settings.server, base_urls=upstream_base_urls(settings))
         )
         self.started = False
-        self.store: ReceiptStore = open_store(settings.signatures)
+        self.store: ReceiptStore = open_store(settings.receipts)
         self.metrics = Metrics()
         self.body_budget = BodyBudget()  # one app per process: every connection's bodies
 
@@ -103,8 +103,7 @@ class Proxy:
     async def chat_completions(self, request: Request) -> Response:
         request_id = request.headers.get("x-request-id") or new_request_id()
         try:
-            self._authorize(request)
-            raw = await read_body(request, self.settings.server, self.body_budget)
+            raw = await self._admitted_body(request)
             body = parse_chat_request(raw)
         except ClientError as exc:
             return self._refused(exc, request_id)
@@ -157,8 +156,7 @@ class Proxy:
     async def passthrough(self, request: Request) -> Response:
         request_id = request.headers.get("x-request-id") or new_request_id()
         try:
-            self._authorize(request)
-            raw = await read_body(request, self.settings.server, self.body_budget)
+            raw = await self._admitted_body(request)
         except ClientError as exc:
             return self._refused(exc, request_id)
         route = self.router.route_for(model_of(raw))
@@ -174,6 +172,11 @@ class Proxy:
         headers = self._client_headers(upstream, request_id, decoded=False)
         status = upstream.status_code
         return relay(upstream, headers, lambda: self._finished(exchange, status))
+
+    async def _admitted_body(self, request: Request) -> bytes:
+        """The body of a request the proxy's keys and limits admit; else a ClientError."""
+        self._authorize(request)
+        return await read_body(request, self.settings.server, self.body_budget)
 
     def _refused(self, error: ClientError, request_id: str) -> Response:
         """A request refused before anything went upstream: logged and counted like the rest."""
@@ -196,7 +199,7 @@ class Proxy:
     ) -> Exchange:
         # Every credential form the proxy forwards names the tenant, `?key=` included.
         query = request.scope.get("query_string", b"")
-        tenant = tenant_of(request.headers, self.settings.signatures.tenant_header, query=query)
+        tenant = tenant_of(request.headers, self.settings.receipts.tenant_header, query=query)
         return Exchange(
             request_id=request_id,
             request=body,

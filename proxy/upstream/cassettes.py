@@ -23,6 +23,7 @@ from proxy.repair.profiles import PROFILES
 from proxy.wire.credentials import CREDENTIAL_HEADERS, CREDENTIAL_PARAMETERS
 from proxy.wire.json_paths import Path as FieldPath
 from proxy.wire.json_paths import get_path, remove_path
+from proxy.wire.json_shapes import objects_in
 
 FORMAT = "streamfix-cassette/1"
 
@@ -65,7 +66,7 @@ def proxy_written_fields() -> ProxyWrittenFields:
         for rule in profile.receipts:
             (calls if rule.on == "call" else assistant).add(rule.path)
         if profile.first_call_placeholder is not None:
-            calls.add(profile.first_call_placeholder[0])
+            calls.add(profile.first_call_placeholder.path)
         foreign.update(profile.foreign_metadata)
     return ProxyWrittenFields(
         tuple(sorted(calls)), tuple(sorted(assistant)), tuple(sorted(foreign))
@@ -211,8 +212,7 @@ def without_proxy_written(messages: Any) -> None:
     for message in messages:
         if not isinstance(message, dict):
             continue
-        calls = message.get("tool_calls")
-        calls = [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
+        calls = objects_in(message.get("tool_calls"))
         assistant = message.get("role") == "assistant"
         for path in fields.foreign + (fields.on_assistant if assistant else ()):
             _remove(message, path)
