@@ -11,8 +11,8 @@ from pathlib import Path
 
 import orjson
 
-from proxy.server.auth import parse_keys
 from proxy.settings.schema import PROFILE_NAMES, ConfigError, Settings
+from proxy.settings.values import parse_keys
 
 # The parent's effective settings, for worker processes (they cannot receive objects).
 SETTINGS_ENVIRONMENT = "STREAMFIX_EFFECTIVE_SETTINGS"

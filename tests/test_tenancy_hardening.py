@@ -26,9 +26,9 @@ import pytest
 
 from proxy.repair.tenancy import ReceiptScope, tenant_of
 from proxy.server.app import Proxy
-from proxy.server.auth import parse_keys
 from proxy.server.logs import JsonFormatter, TextFormatter, configure_logging, escape_controls
 from proxy.settings.schema import ConfigError, Settings
+from proxy.settings.values import parse_keys
 from tests.conftest import running_proxy
 from tests.fake_upstream import running_fake_upstream
 from tests.gemini_upstream import (

@@ -21,7 +21,7 @@ from proxy.repair.receipts.store import ReceiptStore, open_store
 from proxy.repair.repairs import default_repairs
 from proxy.repair.tenancy import ReceiptScope, tenant_of
 from proxy.server.asgi import StreamfixApp, http_error, internal_error
-from proxy.server.auth import is_allowed, parse_keys
+from proxy.server.auth import is_allowed
 from proxy.server.body_limits import BodyBudget
 from proxy.server.chat_request import model_of, parse_chat_request, read_body
 from proxy.server.delivery import relay, repaired_json, repaired_sse
@@ -30,6 +30,7 @@ from proxy.server.logs import EXCHANGE, quiet_client_loggers
 from proxy.server.metrics import CONTENT_TYPE, Metrics
 from proxy.server.paths import UnsafePath, checked_relative
 from proxy.settings.schema import ConfigError, Settings
+from proxy.settings.values import parse_keys
 from proxy.upstream.body_decoding import decoder_for
 from proxy.upstream.failures import describe_failure
 from proxy.upstream.headers import RawHeaders, request_headers, response_headers

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from proxy.server.auth import parse_keys
 from proxy.settings.schema import Settings
+from proxy.settings.values import parse_keys
 from proxy.wire.credentials import MASK, masked_url
 
 
