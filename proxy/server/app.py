@@ -32,12 +32,12 @@ from proxy.server.paths import UnsafePath, checked_relative
 from proxy.settings.schema import ConfigError, Settings
 from proxy.settings.values import parse_keys
 from proxy.upstream.body_decoding import decoder_for
+from proxy.upstream.context import UPSTREAM, UpstreamContext
 from proxy.upstream.failures import describe_failure
 from proxy.upstream.headers import RawHeaders, request_headers, response_headers
 from proxy.upstream.http1 import RETRIED
-from proxy.upstream.recording import UPSTREAM, upstream_transport
 from proxy.upstream.routes import Router, UpstreamRoute, upstream_url, without_credential_parameters
-from proxy.upstream.transports import live_transport, upstream_base_urls
+from proxy.upstream.transports import upstream_transport
 from proxy.wire import json_codec
 
 CHAT_PATH = b"chat/completions"
@@ -66,11 +66,7 @@ class Proxy:
             )
         # The transport itself, not an AsyncClient around it: the proxy needs none of a client's
         # cookies, auth flows, redirects or URL merging, and they cost more than the relay.
-        self.transport = (
-            transport
-            or upstream_transport(settings)
-            or live_transport(settings.server, base_urls=upstream_base_urls(settings))
-        )
+        self.transport = transport or upstream_transport(settings, environ)
         self.started = False
         self.store: ReceiptStore = open_store(settings.receipts)
         self.metrics = Metrics()
@@ -134,7 +130,7 @@ class Proxy:
                     upstream.headers.get("content-encoding"),
                 )
             headers = self._client_headers(upstream, request_id, decoded=False)
-            return relay(upstream, headers, lambda: self._finished(exchange, status))
+            return relay(upstream, exchange, headers, lambda: self._finished(exchange, status))
         headers = self._client_headers(upstream, request_id, decoded=True)
         if body.get("stream"):
             self.metrics.active_streams.inc()
@@ -148,6 +144,7 @@ class Proxy:
         return await repaired_json(
             upstream,
             chain,
+            exchange,
             headers,
             decoder,
             self.settings.server.max_response_bytes,
@@ -172,7 +169,7 @@ class Proxy:
             return upstream
         headers = self._client_headers(upstream, request_id, decoded=False)
         status = upstream.status_code
-        return relay(upstream, headers, lambda: self._finished(exchange, status))
+        return relay(upstream, exchange, headers, lambda: self._finished(exchange, status))
 
     async def _admitted_body(self, request: Request) -> bytes:
         """The body of a request the proxy's keys and limits admit; else a ClientError."""
@@ -234,7 +231,7 @@ class Proxy:
             content=content,
             extensions={
                 "timeout": route.timeout.as_dict(),
-                UPSTREAM: {"base_url": route.upstream.base_url, "profile": exchange.profile.name},
+                UPSTREAM: UpstreamContext(route.upstream.base_url, exchange.profile.name, exchange),
             },
         )
         started = time.monotonic()

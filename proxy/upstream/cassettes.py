@@ -117,10 +117,6 @@ class Cassette:
         except orjson.JSONDecodeError:
             return None
 
-    @property
-    def upstream_body(self) -> bytes:
-        return b"".join(chunk.data for chunk in self.chunks)
-
     def key(self) -> str:
         """What a replayed request must match (receipts the proxy writes left out)."""
         return request_key(self.method, self.path, self.request_body)
