@@ -330,6 +330,10 @@ def test_masked_hides_user_and_password_and_keeps_the_rest() -> None:
     assert masked_url("http://alice:secret@proxy.corp:3128/") == "http://****@proxy.corp:3128/"
     assert masked_url("http://token@[::1]:3128") == "http://****@[::1]:3128"
     assert masked_url(PROXY) == PROXY
+    # The one masker also serves cassettes and `streamfix config`: secret query values too.
+    url = "https://u:p@host/v1?alt=sse&key=AIza-secret&password=pw"
+    assert masked_url(url) == "https://****@host/v1?alt=sse&key=****&password=****"
+    assert masked_url("redis://:pw@127.0.0.1:6379/0") == "redis://****@127.0.0.1:6379/0"
 
 
 def _no_socks() -> bool:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode
 
 import orjson
 
@@ -241,14 +241,6 @@ def safe_headers(headers: Any, secret: frozenset[str] = frozenset()) -> dict[str
 def safe_query(query: str) -> str:
     pairs = parse_qsl(query, keep_blank_values=True)
     return urlencode([(k, v) for k, v in pairs if k.lower() not in SECRET_QUERY])
-
-
-def safe_url(url: str) -> str:
-    parts = urlsplit(url)
-    netloc = parts.hostname or ""
-    if parts.port:
-        netloc += f":{parts.port}"
-    return urlunsplit(parts._replace(netloc=netloc, query=safe_query(parts.query)))
 
 
 def file_name(sequence: int, cassette: Cassette) -> str:

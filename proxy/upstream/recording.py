@@ -22,9 +22,9 @@ from proxy.upstream.cassettes import (
     request_key,
     safe_headers,
     safe_query,
-    safe_url,
 )
 from proxy.upstream.context import context_of
+from proxy.wire.credentials import masked_url
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ class RecordingTransport(httpx.AsyncBaseTransport):
         cassette = Cassette(
             method=request.method,
             path=relative_path(request, self._base_url),
-            upstream_base_url=safe_url(context.base_url if context else self._base_url),
+            upstream_base_url=masked_url(context.base_url if context else self._base_url),
             profile=context.profile if context else "",
             query=safe_query(request.url.query.decode()),
             request_headers=safe_headers(request.headers, self._secret),
