@@ -45,6 +45,7 @@ from proxy.settings.schema import ConfigError, Settings
 from tests.fake_upstream import FakeUpstream, running_fake_upstream
 from tests.redis_server import RedisServer, started_redis_server
 from tests.servers import Served, free_port, serving_config_in_thread
+from tests.support.waiting import wait_until
 from tests.test_operations import chat, serving, write_config
 
 SHORT = 0.5  # seconds: the header and body timeouts of these tests
@@ -153,14 +154,6 @@ def status_and_error(response: bytes) -> tuple[int, dict[str, Any], bytes]:
     head, _, body = response.partition(b"\r\n\r\n")
     status = int(head.split(b" ", 2)[1])
     return status, orjson.loads(body)["error"], head.lower()
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 def chat_body(model: str = "openai_indexed_fragmented", *, stream: bool = False) -> bytes:
