@@ -401,7 +401,7 @@ def test_a_get_retried_by_the_transport_is_counted_and_logged(caplog) -> None:
         assert client.get(f"{proxy}/v1/models").status_code == 200
         metrics = client.get(f"{proxy}/metrics").text
     assert sent(upstream) == [(0, 0, "GET"), (0, 1, "GET"), (1, 0, "GET")]
-    assert 'streamfix_repairs_total{kind="upstream_retried"} 1.0' in metrics
+    assert 'streamfix_repairs_total{kind="upstream_retried",route="default"} 1.0' in metrics
     [line] = [r.getMessage() for r in caplog.records if "upstream_retried" in r.getMessage()]
     assert "closed a reused connection without a byte of response" in line
     assert "GET is idempotent" in line
