@@ -31,7 +31,7 @@ import openai
 import pytest
 
 from tests.clients.vercel import SDK_VERSIONS, run_vercel
-from tests.fake_upstream import load_transcript, transcript_names
+from tests.support.fake_upstream import load_transcript, transcript_names
 
 UPSTREAM_PREFIXES = (
     *("gemini_", "vertex_", "vllm_", "openai_", "kimi_"),
@@ -42,8 +42,9 @@ UPSTREAM_PREFIXES = (
 TRANSCRIPTS = [name for name in transcript_names() if name.startswith(UPSTREAM_PREFIXES)]
 
 # Argument text already streamed as fragments cannot be mended afterwards (vLLM's leaked tail):
-# with incremental emission these come out as received, which tests/repairs/test_tool_calls.py
-# checks; they are not incremental cases here (left out, not skipped).
+# with incremental emission these come out as received, which
+# tests/repair/repairs/test_tool_calls.py checks; they are not incremental cases here (left
+# out, not skipped).
 NOT_REPAIRABLE_INCREMENTALLY = {"vllm_args_tail_under_next_index"}
 
 
