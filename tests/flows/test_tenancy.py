@@ -29,7 +29,6 @@ from proxy.server.app import Proxy
 from proxy.server.auth import parse_keys
 from proxy.server.logs import JsonFormatter, TextFormatter, configure_logging, escape_controls
 from proxy.settings.schema import ConfigError, Settings
-from tests.flows.test_isolation import MODEL, TOOLS  # the same two-tenant Gemini flow
 from tests.support.fake_upstream import running_fake_upstream
 from tests.support.gemini_upstream import (
     DUMMY_SIGNATURE,
@@ -42,6 +41,7 @@ from tests.support.gemini_upstream import (
 from tests.support.proxies import running_proxy
 from tests.support.servers import free_port
 from tests.support.streams import assembled_calls
+from tests.support.tenant_flow import MODEL, TOOLS  # the same two-tenant Gemini flow
 
 TIMEOUT = httpx.Timeout(10.0)
 

@@ -42,8 +42,8 @@ from proxy.server.chat_request import read_body
 from proxy.server.errors import ClientError
 from proxy.server.serving import uvicorn_config
 from proxy.settings.schema import ConfigError, Settings
-from tests.flows.test_operations import chat, serving, write_config
 from tests.support.fake_upstream import FakeUpstream, running_fake_upstream
+from tests.support.proxy_process import chat, serving, write_config
 from tests.support.redis_server import RedisServer, started_redis_server
 from tests.support.servers import Served, free_port, serving_config_in_thread
 

@@ -1,11 +1,11 @@
-"""Receipts follow the evidence (issue 14, items 1 and 5): behind a host that says nothing, the
-evidence profile keeps whatever receipt the upstream issues and returns it to that upstream and
-tenant only; the model name decides nothing; Google's placeholder stays with Google's hosts; a
-foreign field stays where this very upstream issued it; and a receipt the client mangled goes
-back as it was issued.
+"""Receipts follow the evidence (the `generic` profile and text digests): behind a host that
+says nothing, the evidence profile keeps whatever receipt the upstream issues and returns it to
+that upstream and tenant only; the model name decides nothing; Google's placeholder stays with
+Google's hosts; a foreign field stays where this very upstream issued it; and a receipt the
+client mangled goes back as it was issued.
 
-Driven through ReceiptRepair directly with the harness of test_receipt_capture.py (one memory
-store shared by successive exchanges, as in the running proxy)."""
+Driven through ReceiptRepair directly with the harness of tests/support/receipt_repair.py (one
+memory store shared by successive exchanges, as in the running proxy)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from proxy.repair.profiles import PROFILES, SKIP_SIGNATURE_VALIDATOR, profile_for
 from proxy.repair.receipts.injection import TextDigest, text_key
-from tests.repair.receipts.test_capture import (
+from tests.support.receipt_repair import (
     Harness,
     call,
     deepseek_stream,
