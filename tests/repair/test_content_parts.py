@@ -1,11 +1,13 @@
-"""Edges of the issue-14 shapes that the transcripts do not show (tests/transcripts/ has the
+"""Content given as an array of parts (proxy/repair/content_parts.py, applied by ToolCallRepair):
+thinking and text blocks are flattened into `reasoning_content` and `content` and counted, an
+unknown block goes on as received. Edges the transcripts do not show (tests/transcripts/ has the
 shapes themselves: mistral_*, dashscope_*, glm_*, gateway_*, minimax_*, snowflake_*, openrouter_*).
 """
 
 from __future__ import annotations
 
 from proxy.repair.conformance import stream_chunks, violations
-from tests.support.streams import content, finish_reasons, repair_stream, sse
+from tests.support.streams import content, repair_stream, sse
 
 ENVELOPE = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
 
@@ -50,26 +52,6 @@ def test_thinking_only_blocks_leave_content_null_and_extend_reasoning_content() 
     assert content(out) == {0: "ok"}
 
 
-def test_real_content_after_a_finish_is_not_dropped() -> None:
-    body = sse(chunk({"role": "assistant", "content": "a"}, "stop"), chunk({"content": "b"}))
-    out = repair_stream(body + b"data: [DONE]\n\n")
-    assert content(out) == {0: "ab"}
-    assert finish_reasons(out) == {0: ["stop"]}
-
-
-def test_usage_after_the_finish_keeps_its_usage_with_an_empty_delta() -> None:
-    usage = {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}
-    body = sse(
-        chunk({"role": "assistant", "content": "a"}, "stop"),
-        chunk({"role": "assistant", "content": ""}, usage=usage),
-        "[DONE]",
-    )
-    out = repair_stream(body)
-    last = [item for item in stream_chunks(out) if isinstance(item, dict)][-1]
-    assert last["usage"] == usage and last["choices"][0]["delta"] == {}
-    assert violations(out) == []
-
-
 def test_flattened_content_blocks_are_counted() -> None:
     # Every change the proxy makes has a kind and a count.
     from proxy.repair.exchange import Exchange
@@ -81,11 +63,3 @@ def test_flattened_content_blocks_are_counted() -> None:
     assert repair.on_chunk(chunk({"content": blocks})) is not None
     assert repair.on_chunk(chunk({"content": [{"type": "image_url"}]})) is None
     assert exchange.repairs["content_blocks_flattened"] == 1
-
-
-def test_the_checker_wants_the_role_on_the_first_delta() -> None:
-    # GLM through Mistral's API never sends a role: the OpenAI SDK's stream helper then ends
-    # with message.role None. The checker (tests, `streamfix replay`, bench/corpus.py) says so.
-    body = sse(chunk({"content": "a"}), chunk({}, "stop"), "[DONE]")
-    assert "chunk 0: choice 0: the first delta carries no role" in violations(body)
-    assert violations(repair_stream(body)) == []

@@ -159,30 +159,6 @@ def test_named_tool_choice_names_the_call() -> None:
     assert finish_reasons(out) == {0: ["tool_calls"]}
 
 
-def test_upstream_ending_without_finish_or_done_gets_both() -> None:
-    body = sse(
-        chunk(
-            {
-                "role": "assistant",
-                "tool_calls": [
-                    {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
-                ],
-            }
-        )
-    )
-    out = repair_stream(body)
-    assert violations(out) == []
-    assert finish_reasons(out) == {0: ["tool_calls"]}
-    assert stream_chunks(out)[-1] == "[DONE]"
-
-
-def test_repeated_finish_is_sent_once() -> None:
-    body = sse(chunk({"content": "a"}), chunk({}, "stop"), chunk({}, "stop"), "[DONE]", "[DONE]")
-    out = repair_stream(body)
-    assert violations(out) == []
-    assert finish_reasons(out) == {0: ["stop"]}
-
-
 def test_gemini_repeated_role_kept_only_on_first_delta() -> None:
     body = sse(
         chunk({"role": "assistant", "content": "a"}),
