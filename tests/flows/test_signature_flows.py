@@ -25,7 +25,7 @@ import httpx
 import openai
 import pytest
 
-from tests.clients.vercel import ensure_node_modules, run_vercel_agent
+from tests.clients.vercel import run_vercel_agent
 from tests.support.fake_upstream import running_fake_upstream
 from tests.support.gemini_upstream import (
     CORRUPTED_SIGNATURE_MESSAGE,
@@ -62,11 +62,6 @@ FINAL_TEXT = {
     "two-turn": next(s.text for s in TWO_STEPS if isinstance(s, TextStep)),
 }
 SCRIPTS: dict[str, list[Step]] = {"three-step": THREE_STEPS, "two-turn": TWO_STEPS}
-
-
-@pytest.fixture(scope="module")
-def node_clients() -> None:
-    ensure_node_modules()
 
 
 # The fake stands in for Google's endpoint, whose host picks the gemini profile; on 127.0.0.1
