@@ -1,7 +1,7 @@
 """The real-client matrix: real client libraries against the proxy, one test per case.
 
 Every transcript of a Gemini, Vertex, vLLM, OpenAI or Kimi upstream, and of the Mistral, DashScope,
-GLM, MiniMax, Snowflake, OpenRouter and gateway shapes of issue 14, is replayed by the fake
+GLM, MiniMax, Snowflake, OpenRouter and gateway shapes, is replayed by the fake
 upstream, repaired by the proxy under a real uvicorn, and read by a real client:
 
 - OpenAI Python SDK, `client.chat.completions.stream()` (accumulates deltas by `index`), against
@@ -35,7 +35,7 @@ from tests.support.fake_upstream import load_transcript, transcript_names
 
 UPSTREAM_PREFIXES = (
     *("gemini_", "vertex_", "vllm_", "openai_", "kimi_"),
-    # The shapes of issue 14's corpus of recorded traffic.
+    # The shapes of the corpus of others' recorded traffic.
     *("mistral_", "dashscope_", "glm_", "gateway_", "minimax_", "snowflake_", "openrouter_"),
 )
 

@@ -111,7 +111,7 @@ def test_non_streamed_reasoning_passes_through(provider: Provider) -> None:
 @pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
 @pytest.mark.parametrize("provider", PROVIDERS.values(), ids=PROVIDERS.keys())
 def test_altered_client_reasoning_goes_upstream_as_issued(provider: Provider, stream: bool) -> None:
-    """Issue 14 item 5: the value the upstream issued for this very turn wins over a copy the
+    """The value the upstream issued for this very turn wins over a copy the
     client altered (OpenAI's SDK accumulator concatenates reasoning_details' strings)."""
     with behind_proxy(provider) as (fake, _, proxy):
         user = {"role": "user", "content": "read a.txt"}

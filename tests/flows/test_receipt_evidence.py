@@ -1,4 +1,4 @@
-"""Receipts follow the evidence, end to end (issue 14, item 1): the real proxy on 127.0.0.1, in
+"""Receipts follow the evidence (the `generic` profile), end to end: the real proxy on 127.0.0.1, in
 front of upstreams whose host says nothing, with no profile configured, and real clients.
 
 - A Vertex-shaped upstream (signatures under `extra_content.vertex`) serving a model whose name

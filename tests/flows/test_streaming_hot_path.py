@@ -1,5 +1,7 @@
-"""A review of the hot path (proxy/http1*.py, streaming.py, asgi.py): what a production user would
-hit, over real sockets. The proxy runs under a real uvicorn; upstreams are raw servers.
+"""The streaming hot path end to end (proxy/upstream/http1*.py, proxy/server/streamed_response.py,
+proxy/server/asgi.py): out-of-range statuses, clients leaving mid-stream, shutdown, TLS slow
+readers and idle TLS connections, error bodies and the pool, over real sockets. The proxy runs
+under a real uvicorn; upstreams are raw servers.
 
 Each test says in a comment what would break without the behaviour it checks.
 """

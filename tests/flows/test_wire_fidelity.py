@@ -1,6 +1,6 @@
-"""Hardening, on the wire (issue 13, items 4, 8, 9 and 10): what reaches the upstream is what
-the client sent, every spelling of the chat route is repaired, and nothing an upstream sends can
-make the proxy buffer without bound.
+"""Wire fidelity and bounds, end to end: what reaches the upstream is what the client sent, every
+spelling of the chat route is repaired, and nothing an upstream sends can make the proxy buffer
+without bound.
 
 Every test runs the real proxy under uvicorn on 127.0.0.1 against a scripted raw-TCP upstream
 (tests/flows/test_faults.py RawUpstream) or the transcript fake. Each says what broke before.

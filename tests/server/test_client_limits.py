@@ -1,4 +1,5 @@
-"""Slow and idle clients cannot pin the proxy (issue 13, item 7).
+"""Slow and idle clients cannot pin the proxy: header, keep-alive and body timeouts, the body budget
+and the connection cap.
 
 Over real sockets on 127.0.0.1, against uvicorn running the proxy with the options and protocol
 `streamfix serve` uses (`proxy.server.serving.uvicorn_config`), with short limits:

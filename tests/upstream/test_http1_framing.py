@@ -1,6 +1,6 @@
-"""What the hardening attack run found sound, kept sound (issue 13, "Keep"): response framing an
-attacker could use to desync a pooled connection is refused and the connection dropped, and
-under a mix of normal and malformed answers no client ever gets another request's answer.
+"""Response framing the upstream client gets right, kept right: framing an attacker could use to
+desync a pooled connection is refused and the connection dropped, and under a mix of normal and
+malformed answers no client ever gets another request's answer.
 
 The upstream is tests/support/keepalive_upstream.py: raw TCP on 127.0.0.1, connections kept
 alive, so a framing mistake would show as a later request reading the rest of an earlier answer.

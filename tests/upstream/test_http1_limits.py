@@ -1,8 +1,7 @@
-"""What an upstream's response may make the proxy parse and hold (issue 13, items 1 and 2): a
-bounded head, bounded chunk-size lines and trailers, one unambiguous framing, and trailers that
-never become headers.
+"""What an upstream's response may make the proxy parse and hold: a bounded head, bounded chunk-size
+lines and trailers, one unambiguous framing, and trailers that never become headers.
 
-Transport tests run under both event loops (`run`, from test_http1_client.py) against scripted
+Transport tests run under both event loops (`run`, tests/support/loops.py) against scripted
 asyncio servers; the proxy tests run the real proxy under uvicorn in front of a `RawUpstream`.
 
 Each test says in a comment what would break without the behaviour it checks.

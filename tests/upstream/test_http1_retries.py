@@ -1,8 +1,8 @@
-"""When the upstream client sends a request twice (issue 13, item 3): only when the first time
-provably did no harm. A dead idle connection is never written to; a reused connection that ends
-before a byte of response is retried once, on a new connection, for an idempotent or keyed
-request only; nothing else is ever sent again: not a POST, not on a fresh connection, not after
-a response byte, a timeout or a cut write.
+"""When the upstream client sends a request twice: only when the first time provably did no harm. A
+dead idle connection is never written to; a reused connection that ends before a byte of response
+is retried once, on a new connection, for an idempotent or keyed request only; nothing else is
+ever sent again: not a POST, not on a fresh connection, not after a response byte, a timeout or a
+cut write.
 
 Upstreams are `KeepAliveUpstream`s (threads, raw TCP on 127.0.0.1) that record every request
 they read whole, so each test counts what reached the upstream. Transport tests run under both

@@ -1,4 +1,4 @@
-"""Record and replay (issue 5): the corpus in recordings/, and the proxy recording and replaying
+"""Record and replay: the corpus in recordings/, and the proxy recording and replaying
 under a real uvicorn, with real clients, and the `streamfix` command line as CI runs it.
 
 - The corpus: `streamfix replay recordings` exits 0 with every cassette ok; every cassette made
@@ -55,7 +55,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RECORDINGS = ROOT / "recordings"
 CORPUS = sorted(RECORDINGS.glob("*.json"))
 
-# The behaviours issue 5 asks the corpus to hold, by cassette name.
+# The behaviours the corpus must hold, by cassette name.
 REQUIRED = {
     "gemini_indexless_call_stop",
     "gemini_parallel_one_per_chunk",

@@ -1,4 +1,5 @@
-"""Replays do not depend on order (issue 14, item 6).
+"""Replays do not depend on order: a cassette replays the same alone, in order, reversed or in
+parallel.
 
 A follow-up turn goes upstream with what the proxy's receipt store adds to it: the signature it
 captured from the turn before, Google's placeholder when it has none, or the Google metadata

@@ -1,4 +1,4 @@
-"""Receipt capture is linear in the number of pieces (issue 13, item 5).
+"""Receipt capture is linear in the number of pieces.
 
 DeepSeek streams reasoning a few characters per delta; a long answer has tens of thousands of
 them. Built by `+=`, every piece copies the whole text so far: quadratic work on the event loop

@@ -118,7 +118,7 @@ def test_known_non_google_hosts_still_strip_google_metadata() -> None:
     assert exchange.repairs["foreign_metadata_removed"] == 1
 
 
-# ── item 5: the receipt goes back as issued ──────────────────────────────────
+# ── the receipt goes back as issued ──────────────────────────────────────────
 
 ISSUED = [
     {"type": "reasoning.summary", "summary": "S", "format": "anthropic-claude-v1", "index": 0},

@@ -114,7 +114,7 @@ def test_deepseek_non_streamed_message_is_captured() -> None:
 
 
 def test_deepseek_client_value_that_differs_goes_back_as_issued() -> None:
-    # Issue 14 item 5: what the upstream issued for this very turn wins over an altered copy.
+    # What the upstream issued for this very turn wins over an altered copy.
     h = Harness(DEEPSEEK)
     h.stream(deepseek_stream(["stored"], call("c1")))
     messages, exchange = h.request(history(plain("c1"), reasoning_content="the client's"))
