@@ -1,4 +1,4 @@
-"""Performance: streamfix against direct, a do-nothing proxy and LiteLLM, in one run (issue 9).
+"""Performance: streamfix against direct, a raw TCP relay, a do-nothing proxy and LiteLLM (issue 9).
 
     python bench/perf.py                 # the full run, under 10 minutes on 2 cores
     python bench/perf.py --quick         # a smoke run of about a minute
@@ -9,8 +9,12 @@
 Processes, all on 127.0.0.1, each its own process group, all ended in `finally`:
 
 - the fake upstream (bench/perf_fake.py): raw asyncio HTTP/1.1, answers chosen by model name;
-- the targets: **direct** (the client talks to the fake: the limit), **do-nothing**
-  (`python -m proxy serve` with `repairs.enabled = false`), **streamfix** (default config,
+- the targets: **direct** (the client talks to the fake: the limit), **relay**
+  (bench/perf_relay.py: a raw TCP relay, asyncio on uvloop, that accepts on 127.0.0.1, opens a
+  connection to the fake per connection and copies bytes both ways until either side closes,
+  then closes both; no HTTP parsing: the physical floor of any proxy, one more loopback hop and
+  one more process), **do-nothing** (`python -m proxy serve` with `repairs.enabled = false`),
+  **streamfix** (default config,
   profile auto: the fake's host says nothing, so the evidence profile watches every stream for
   receipts and captures the Gemini stream's signatures), and
   **litellm** (`litellm[proxy]` in bench/results/litellm-venv, installed when missing, an
@@ -30,8 +34,8 @@ machine lands on all targets alike (LiteLLM aside, see below):
 2. memory: idle RSS, then RSS with N slow streams held open (per-stream cost);
 3. added latency: concurrency 1, non-streamed and a 20-event stream, targets interleaved
    request by request; target minus direct at the median and p99. Block 1 interleaves
-   direct, do-nothing (and do-nothing-httpx) and streamfix (both kinds); then LiteLLM gets a
-   block of its own with direct, and its added latency is against that block's direct;
+   direct, relay, do-nothing (and do-nothing-httpx) and streamfix (both kinds); then LiteLLM
+   gets a block of its own with direct, and its added latency is against that block's direct;
 4. throughput: closed-loop workers at concurrency 1, 50, 200 on 50-event streams (text,
    Gemini tool calls, OpenAI fragmented tool calls), in rounds with the targets taking turns;
    the best round counts;
@@ -50,6 +54,10 @@ growth, memory, profile) first waits until every server's process tree is under 
 core over 200 ms, at most 15 s ("settle"; each wait in perf.json, summed up in one line).
 
 Prints one table and writes bench/results/perf.json (raw figures of every phase included).
+Under the table, the ratios: streamfix / litellm (added latency, CPU per event), streamfix /
+do-nothing (throughput at c=50), streamfix / relay (added latency at the median, throughput at
+c=50: how far streamfix is from the floor; no latency ratio when the relay's added median is
+at or below 0, i.e. within noise of direct), and do-nothing / do-nothing-httpx.
 Exit status: 0; 1 when streamfix's output failed a correctness check; 2 when the run was
 aborted (a target that would not start, a job past its time limit, the overall deadline).
 """
@@ -90,8 +98,11 @@ MiB = 1024 * 1024
 EVENTS = 50  # events per stream in the throughput and CPU phases
 SHORT = 20  # events of the "short stream" in the latency phase
 LITELLM_SPEC = "litellm[proxy]==1.108.7"
-TARGETS = ("direct", "do-nothing", "do-nothing-httpx", "streamfix", "litellm")
+TARGETS = ("direct", "relay", "do-nothing", "do-nothing-httpx", "streamfix", "litellm")
 BASELINE = "direct"
+RELAY = "relay"
+"""bench/perf_relay.py: a raw TCP relay in front of the fake (bytes copied both ways, no HTTP
+parsing), the floor for any proxy: one more loopback hop and one more process, nothing else."""
 STREAMFIX_CONFIGS: dict[str, dict[str, dict[str, Any]]] = {
     # target name -> its config file's sections; none: no config file, the defaults
     "do-nothing": {"repairs": {"enabled": False}},
@@ -273,6 +284,21 @@ def start_streamfix(
         command[4:4] = ["--config", str(path)]
     process = start(command, RESULTS / "logs" / f"{name}.log", env=clean_env(), cwd=ROOT)
     return Target(name, port, process, "/healthz", " ".join(command[1:]))
+
+
+def start_relay(port: int, upstream_port: int) -> Target:
+    """bench/perf_relay.py on 127.0.0.1:`port`, relaying to the fake on `upstream_port`."""
+    command = [
+        sys.executable,
+        str(BENCH / "perf_relay.py"),
+        "--port",
+        str(port),
+        "--upstream-port",
+        str(upstream_port),
+    ]
+    process = start(command, RESULTS / "logs" / f"{RELAY}.log", env=clean_env(), cwd=ROOT)
+    note = " ".join(["python", str(Path(command[1]).relative_to(ROOT)), *command[2:]])
+    return Target(RELAY, port, process, "/health", note)  # /health goes through to the fake
 
 
 def ensure_litellm(venv: Path, spec: str) -> Path:
@@ -1189,7 +1215,31 @@ def ratios(results: dict[str, Any]) -> dict[str, Any]:
             out[f"throughput c=50, {kind}: streamfix / do-nothing"] = ratio(
                 level["streamfix"]["events_per_s"], level["do-nothing"]["events_per_s"]
             )
-    return out | client_ratios(results)
+    return out | relay_ratios(results) | client_ratios(results)
+
+
+def relay_ratios(results: dict[str, Any]) -> dict[str, str]:
+    """streamfix against the floor: its added latency (median) over the relay's, and its
+    throughput at c=50 over the relay's. A relay that added nothing measurable (its median at
+    or below direct's) gives no ratio."""
+    lat = results.get("latency", {})
+    out: dict[str, str] = {}
+    for kind in ("json", "short"):
+        for measure in ("ttfb", "ttlb"):
+            mine, floor = added(lat, kind, measure, "streamfix"), added(lat, kind, measure, RELAY)
+            if mine and floor:
+                out[f"added {measure} median, {kind}: streamfix / {RELAY}"] = (
+                    ratio(mine[0], floor[0])
+                    if floor[0] > 0
+                    else f"- ({RELAY} added {ms(floor[0])} ms, no floor to divide by)"
+                )
+    for kind, levels in results.get("throughput", {}).items():
+        level = levels.get("50", {})
+        if "streamfix" in level and RELAY in level:
+            out[f"throughput c=50, {kind}: streamfix / {RELAY}"] = ratio(
+                level["streamfix"]["events_per_s"], level[RELAY]["events_per_s"]
+            )
+    return out
 
 
 def client_ratios(results: dict[str, Any]) -> dict[str, str]:
@@ -1282,8 +1332,10 @@ def own_block_notes(lat: dict) -> list[str]:
 
 
 COLUMN_NOTES = {
+    RELAY: f"{RELAY}: bench/perf_relay.py, a raw TCP relay in front of the fake (asyncio, bytes "
+    "copied both ways, no HTTP parsing): the floor for any proxy.",
     "do-nothing-httpx": 'do-nothing (httpx): do-nothing with server.upstream_client = "httpx" '
-    "(httpx's transport, as before proxy/upstream/http1.py); not run in the growth phase."
+    "(httpx's transport, as before proxy/upstream/http1.py); not run in the growth phase.",
 }
 
 
@@ -1413,7 +1465,8 @@ def main() -> int:
         targets = [Target("direct", fake_port, fake, "/health")]
         targets[0].process = None  # direct: no server of its own to measure
         direct_health = Target("fake", fake_port, fake, "/health")
-        candidates = [
+        candidates = [start_relay(free_port(), fake_port)]
+        candidates += [
             start_streamfix(name, free_port(), upstream, config, work)
             for name, config in STREAMFIX_CONFIGS.items()
             if name != CLIENTS[1] or args.compare_clients
@@ -1437,7 +1490,7 @@ def main() -> int:
                 stop(target.process)
                 continue
             targets.append(target)
-        missing = {"do-nothing", "streamfix"} - {t.name for t in targets}
+        missing = {RELAY, "do-nothing", "streamfix"} - {t.name for t in targets}
         if missing:
             raise Failed(f"could not start {', '.join(sorted(missing))}")
         if any(t.name == "litellm" for t in targets):
