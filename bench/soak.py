@@ -911,11 +911,11 @@ async def soak(args: argparse.Namespace, workdir: Path) -> int:
         log_lines = proxy_log.read_text(errors="replace").splitlines()
         tracebacks = sum(line.startswith("Traceback") for line in log_lines)
         # The eviction probes draw one placeholder warning each: expected, not shown.
-        placeholders = [line for line in log_lines if "signature_placeholders:" in line]
-        others = [line for line in log_lines if "signature_placeholders:" not in line]
+        placeholders = [line for line in log_lines if "signatures_placeholders:" in line]
+        others = [line for line in log_lines if "signatures_placeholders:" not in line]
         print(
             f"proxy log (warning and above): {len(log_lines)} lines, {len(placeholders)} of them "
-            f"signature_placeholders (one per evicted probe: {oldest_evicted}), "
+            f"signatures_placeholders (one per evicted probe: {oldest_evicted}), "
             f"{tracebacks} tracebacks"
         )
         if args.timeline:

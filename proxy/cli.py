@@ -11,8 +11,8 @@ from pathlib import Path
 
 import orjson
 
-from proxy.server.auth import parse_keys
 from proxy.settings.schema import PROFILE_NAMES, ConfigError, Settings
+from proxy.settings.values import parse_keys
 
 # The parent's effective settings, for worker processes (they cannot receive objects).
 SETTINGS_ENVIRONMENT = "STREAMFIX_EFFECTIVE_SETTINGS"
@@ -72,11 +72,11 @@ def _settings(args: argparse.Namespace) -> Settings:
     # Checked here too, in the parent: with several workers a refusal raised only inside each
     # worker would not stop start-up with exit 2.
     parse_keys(os.environ.get("STREAMFIX_API_KEYS"))
-    if settings.server.workers > 1 and settings.signatures.store == "memory":
+    if settings.server.workers > 1 and settings.receipts.store == "memory":
         raise ConfigError(
-            "server.workers: the memory signature store is per process, so a follow-up "
-            "landing on another worker would miss its signatures; use a shared store "
-            '(signatures.store = "redis://host:6379/0") or one worker'
+            "server.workers: the memory receipt store is per process, so a follow-up "
+            "landing on another worker would miss its receipts; use a shared store "
+            '(receipts.store = "redis://host:6379/0") or one worker'
         )
     return settings
 

@@ -374,11 +374,11 @@ def test_compose_config_files_exist_and_load(file: str) -> None:
     assert image_path_on_host(path) == ROOT / "config" / file
     if file == "streamfix.toml":
         assert interpolate(streamfix["environment"]["STREAMFIX_CONFIG"]) == path
-        assert settings.signatures.store == "memory"
+        assert settings.receipts.store == "memory"
 
 
 def test_compose_redis_profile_is_the_store_of_its_config_file() -> None:
-    store = Settings.load(ROOT / "config" / "streamfix.redis.toml").signatures.store
+    store = Settings.load(ROOT / "config" / "streamfix.redis.toml").receipts.store
     assert re.fullmatch(r"redis://redis:6379/\d+", store), store
     assert "redis" in services()
     depends = services()["streamfix"]["depends_on"]["redis"]

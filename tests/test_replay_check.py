@@ -37,6 +37,7 @@ from tests.support.recording_clients import (
     RECORDINGS,
     ROOT,
     raw_stream,
+    upstream_bytes,
     wait_for,
 )
 from tests.support.streams import assembled_calls, content, finish_reasons
@@ -179,7 +180,7 @@ def test_error_cassettes_keep_status_headers_and_body() -> None:
     broken = Cassette.load(RECORDINGS / "openai_error_500.json")
     assert broken.status == 500
     for cassette in (gemini, limited, broken):
-        assert cassette.client_body == cassette.upstream_body  # untouched
+        assert cassette.client_body == upstream_bytes(cassette)  # untouched
 
 
 # ── streamfix replay: changed repairs, violations, --update ──────────────────

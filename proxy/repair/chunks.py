@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from proxy.wire.json_shapes import integer, objects_in
+
 # Top-level fields that identify a stream; copied onto chunks the proxy creates.
 _ENVELOPE_FIELDS = ("id", "object", "created", "model", "system_fingerprint")
 
@@ -22,13 +24,12 @@ def new_chunk(template: dict[str, Any], choice: dict[str, Any]) -> dict[str, Any
 
 
 def choices_of(chunk: dict[str, Any]) -> list[dict[str, Any]]:
-    choices = chunk.get("choices")
-    return [c for c in choices if isinstance(c, dict)] if isinstance(choices, list) else []
+    return objects_in(chunk.get("choices"))
 
 
 def choice_index(choice: dict[str, Any]) -> int:
-    index = choice.get("index", 0)
-    return index if isinstance(index, int) else 0
+    index = integer(choice.get("index", 0))
+    return 0 if index is None else index
 
 
 def without_empty_choices(chunk: dict[str, Any]) -> list[dict[str, Any]]:

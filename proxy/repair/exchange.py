@@ -6,12 +6,23 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from proxy.repair.profiles import PROFILES, ProviderProfile
 from proxy.repair.tenancy import ReceiptScope
 
 logger = logging.getLogger(__name__)
+
+
+class ClientCopy(Protocol):
+    """A copy of what the client is sent, kept by someone outside the repairs (a recording
+    transport's cassette writer): delivery hands it every byte, then saves it once."""
+
+    def sent(self, data: bytes) -> None: ...
+
+    async def save(self) -> None:
+        """The exchange is over, however it ended. Whatever it needs to keep is taken before
+        its first await, so a cancellation landing there loses nothing."""
 
 
 @dataclass(slots=True)
@@ -27,6 +38,8 @@ class Exchange:
     started: float = field(default_factory=time.monotonic)
     repairs: Counter[str] = field(default_factory=Counter)
     """Repairs applied and anomalies seen, by kind; summed into metrics and the log line."""
+    client_copy: ClientCopy | None = None
+    """Set by a recording transport when the request goes upstream; delivery fills it."""
 
     def count(self, kind: str, amount: int = 1) -> None:
         if amount:

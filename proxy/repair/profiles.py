@@ -46,10 +46,20 @@ class ReceiptRule:
 
 
 @dataclass(frozen=True, slots=True)
+class ReceiptPlaceholder:
+    """A value an upstream documents for a receipt nobody has, and where it goes on a call."""
+
+    kind: str
+    """The receipt it stands in for: counted as `<kind>_placeholders`."""
+    path: Path
+    value: str
+
+
+@dataclass(frozen=True, slots=True)
 class ProviderProfile:
     name: str
     receipts: tuple[ReceiptRule, ...] = ()
-    first_call_placeholder: tuple[Path, str] | None = None
+    first_call_placeholder: ReceiptPlaceholder | None = None
     """Where and what to put for a current-turn step whose first call has no receipt."""
     foreign_metadata: tuple[Path, ...] = ()
     """Fields another provider issued that this upstream must never receive."""
@@ -73,7 +83,7 @@ _GOOGLE = {
         ReceiptRule("signatures", SIGNATURE, "text_turn"),
         ReceiptRule("signatures", VERTEX_SIGNATURE, "text_turn"),
     ),
-    "first_call_placeholder": (SIGNATURE, SKIP_SIGNATURE_VALIDATOR),
+    "first_call_placeholder": ReceiptPlaceholder("signatures", SIGNATURE, SKIP_SIGNATURE_VALIDATOR),
 }
 _NOT_GOOGLE = (("extra_content", "google"), ("extra_content", "vertex"))
 

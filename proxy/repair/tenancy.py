@@ -5,7 +5,7 @@ receipt the upstream issued to one key must never reach a request made with anot
 without any credential has no tenant: nothing is captured for it and nothing is put back (a
 shared "anonymous" bucket would hand every keyless client everybody else's receipts).
 
-`signatures.tenant_header` only subdivides a credential's tenant: the tenant is a hash of the
+`receipts.tenant_header` only subdivides a credential's tenant: the tenant is a hash of the
 credential and the header's value together. A client that does not hold another's credential
 cannot reach its receipts whatever header it sends, and behind one shared proxy key the header
 (set by a trusted hop, such as an authenticating gateway) keeps its users apart.

@@ -21,7 +21,7 @@ from proxy.repair.receipts.store import ReceiptStore, open_store
 from proxy.repair.repairs import default_repairs
 from proxy.repair.tenancy import ReceiptScope, tenant_of
 from proxy.server.asgi import StreamfixApp, http_error, internal_error
-from proxy.server.auth import is_allowed, parse_keys
+from proxy.server.auth import is_allowed
 from proxy.server.body_limits import BodyBudget
 from proxy.server.chat_request import model_of, parse_chat_request, read_body
 from proxy.server.delivery import relay, repaired_json, repaired_sse
@@ -30,13 +30,14 @@ from proxy.server.logs import EXCHANGE, quiet_client_loggers
 from proxy.server.metrics import CONTENT_TYPE, Metrics
 from proxy.server.paths import UnsafePath, checked_relative
 from proxy.settings.schema import ConfigError, Settings
+from proxy.settings.values import parse_keys
 from proxy.upstream.body_decoding import decoder_for
+from proxy.upstream.context import UPSTREAM, UpstreamContext
 from proxy.upstream.failures import describe_failure
 from proxy.upstream.headers import RawHeaders, request_headers, response_headers
 from proxy.upstream.http1 import RETRIED
-from proxy.upstream.recording import UPSTREAM, upstream_transport
 from proxy.upstream.routes import Router, UpstreamRoute, upstream_url, without_credential_parameters
-from proxy.upstream.transports import live_transport, upstream_base_urls
+from proxy.upstream.transports import upstream_transport
 from proxy.wire import json_codec
 
 CHAT_PATH = b"chat/completions"
@@ -65,13 +66,9 @@ class Proxy:
             )
         # The transport itself, not an AsyncClient around it: the proxy needs none of a client's
         # cookies, auth flows, redirects or URL merging, and they cost more than the relay.
-        self.transport = (
-            transport
-            or upstream_transport(settings)
-            or live_transport(settings.server, base_urls=upstream_base_urls(settings))
-        )
+        self.transport = transport or upstream_transport(settings, environ)
         self.started = False
-        self.store: ReceiptStore = open_store(settings.signatures)
+        self.store: ReceiptStore = open_store(settings.receipts)
         self.metrics = Metrics()
         self.body_budget = BodyBudget()  # one app per process: every connection's bodies
 
@@ -103,8 +100,7 @@ class Proxy:
     async def chat_completions(self, request: Request) -> Response:
         request_id = request.headers.get("x-request-id") or new_request_id()
         try:
-            self._authorize(request)
-            raw = await read_body(request, self.settings.server, self.body_budget)
+            raw = await self._admitted_body(request)
             body = parse_chat_request(raw)
         except ClientError as exc:
             return self._refused(exc, request_id)
@@ -134,7 +130,7 @@ class Proxy:
                     upstream.headers.get("content-encoding"),
                 )
             headers = self._client_headers(upstream, request_id, decoded=False)
-            return relay(upstream, headers, lambda: self._finished(exchange, status))
+            return relay(upstream, exchange, headers, lambda: self._finished(exchange, status))
         headers = self._client_headers(upstream, request_id, decoded=True)
         if body.get("stream"):
             self.metrics.active_streams.inc()
@@ -148,6 +144,7 @@ class Proxy:
         return await repaired_json(
             upstream,
             chain,
+            exchange,
             headers,
             decoder,
             self.settings.server.max_response_bytes,
@@ -157,8 +154,7 @@ class Proxy:
     async def passthrough(self, request: Request) -> Response:
         request_id = request.headers.get("x-request-id") or new_request_id()
         try:
-            self._authorize(request)
-            raw = await read_body(request, self.settings.server, self.body_budget)
+            raw = await self._admitted_body(request)
         except ClientError as exc:
             return self._refused(exc, request_id)
         route = self.router.route_for(model_of(raw))
@@ -173,7 +169,12 @@ class Proxy:
             return upstream
         headers = self._client_headers(upstream, request_id, decoded=False)
         status = upstream.status_code
-        return relay(upstream, headers, lambda: self._finished(exchange, status))
+        return relay(upstream, exchange, headers, lambda: self._finished(exchange, status))
+
+    async def _admitted_body(self, request: Request) -> bytes:
+        """The body of a request the proxy's keys and limits admit; else a ClientError."""
+        self._authorize(request)
+        return await read_body(request, self.settings.server, self.body_budget)
 
     def _refused(self, error: ClientError, request_id: str) -> Response:
         """A request refused before anything went upstream: logged and counted like the rest."""
@@ -196,7 +197,7 @@ class Proxy:
     ) -> Exchange:
         # Every credential form the proxy forwards names the tenant, `?key=` included.
         query = request.scope.get("query_string", b"")
-        tenant = tenant_of(request.headers, self.settings.signatures.tenant_header, query=query)
+        tenant = tenant_of(request.headers, self.settings.receipts.tenant_header, query=query)
         return Exchange(
             request_id=request_id,
             request=body,
@@ -230,7 +231,7 @@ class Proxy:
             content=content,
             extensions={
                 "timeout": route.timeout.as_dict(),
-                UPSTREAM: {"base_url": route.upstream.base_url, "profile": exchange.profile.name},
+                UPSTREAM: UpstreamContext(route.upstream.base_url, exchange.profile.name, exchange),
             },
         )
         started = time.monotonic()

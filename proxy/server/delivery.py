@@ -14,7 +14,6 @@ from proxy.server.streamed_response import StreamedResponse
 from proxy.upstream.body_decoding import Decoder, decoded, read_limited
 from proxy.upstream.failures import describe_failure
 from proxy.upstream.headers import RawHeaders
-from proxy.upstream.recording import CASSETTE
 from proxy.wire import json_codec
 from proxy.wire.limits import LimitExceeded
 from proxy.wire.sse import SSEDecoder
@@ -28,11 +27,13 @@ _SSE_NAMES = {name for name, _ in SSE_HEADERS}
 OnClose = Callable[[], None]
 
 
-def relay(upstream: httpx.Response, headers: Headers, on_close: OnClose) -> Response:
+def relay(
+    upstream: httpx.Response, exchange: Exchange, headers: Headers, on_close: OnClose
+) -> Response:
     """Errors, non-SSE bodies and other paths: the upstream's bytes as they come, undecoded
     (their `Content-Encoding` travels with them)."""
     return StreamedResponse(
-        _Closing(upstream, raw_body(upstream), on_close),
+        _Closing(upstream, raw_body(upstream), exchange, on_close),
         status_code=upstream.status_code,
         headers=headers,
     )
@@ -64,7 +65,7 @@ def repaired_sse(
         exchange.count,
     )
     return StreamedResponse(
-        _Closing(upstream, stream, on_close),
+        _Closing(upstream, stream, exchange, on_close),
         status_code=upstream.status_code,
         headers=[*(f for f in headers if f[0].lower() not in _SSE_NAMES), *SSE_HEADERS],
         media_type="text/event-stream",
@@ -74,6 +75,7 @@ def repaired_sse(
 async def repaired_json(
     upstream: httpx.Response,
     chain: RepairChain,
+    exchange: Exchange,
     headers: RawHeaders,
     decoder: Decoder,
     max_bytes: int,
@@ -96,10 +98,11 @@ async def repaired_json(
         body = None  # not ours to fix: passed on as received
     if isinstance(body, dict) and await chain.on_response(body):
         raw = json_codec.dumps(body)
-    if (recording := upstream.extensions.get(CASSETTE)) is not None:
-        recording.sent(raw)
-        recording.save()
     on_close()  # a sync background task would cost a thread hand-off per request
+    if exchange.client_copy is not None:
+        # After the bookkeeping: a cancellation may land in the save's wait for the disk.
+        exchange.client_copy.sent(raw)
+        await exchange.client_copy.save()
     response = Response(raw, status_code=upstream.status_code)
     response.raw_headers.extend(headers)
     return response
@@ -121,16 +124,20 @@ class _Closing:
     """The body the client gets, which closes the upstream response and books the exchange
     exactly once, however the stream ends: run out, failed, cancelled, or closed before its
     first byte (a shutdown landing while the response head was still being written), which an
-    async generator's `finally` would never see. A recording transport also gets to see what
-    the client was sent."""
+    async generator's `finally` would never see. The exchange's client copy, if it has one
+    (a recording), gets every part the client was sent and is saved at the end."""
 
     def __init__(
-        self, upstream: httpx.Response, body: AsyncIterator[bytes], on_close: OnClose
+        self,
+        upstream: httpx.Response,
+        body: AsyncIterator[bytes],
+        exchange: Exchange,
+        on_close: OnClose,
     ) -> None:
         self._upstream = upstream
         self._body = body
         self._on_close = on_close
-        self._recording = upstream.extensions.get(CASSETTE)
+        self._copy = exchange.client_copy
         self._closed = False
 
     def __aiter__(self) -> _Closing:
@@ -142,8 +149,8 @@ class _Closing:
         except BaseException:  # the end, a failure or a cancellation: cleaned up, then raised
             await self.aclose()
             raise
-        if self._recording is not None:
-            self._recording.sent(part)
+        if self._copy is not None:
+            self._copy.sent(part)
         return part
 
     async def aclose(self) -> None:
@@ -151,11 +158,12 @@ class _Closing:
             return
         self._closed = True
         # Bookkeeping first: when a shutdown cancels this stream, an await below is where the
-        # cancellation lands, and the exchange must still be logged and counted.
+        # cancellation lands, and the exchange must still be logged and counted. A client copy
+        # takes what it keeps before its first await (`ClientCopy.save`), so it is not lost.
         try:
             self._on_close()
-            if self._recording is not None:
-                self._recording.save()
+            if self._copy is not None:
+                await self._copy.save()
         finally:
             try:
                 aclose = getattr(self._body, "aclose", None)

@@ -8,11 +8,12 @@ from collections import Counter as Tally
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-# Exchange counts that are about signatures get their own metric, by event.
+# Google's signature events are also counted by event in `streamfix_signatures`, the metric
+# they had before every receipt kind was counted alike in `streamfix_repairs`.
 SIGNATURE_EVENTS = {
     "signatures_captured": "captured",
     "signatures_injected": "injected",
-    "signature_placeholders": "placeholder",
+    "signatures_placeholders": "placeholder",
 }
 _SECONDS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
@@ -36,7 +37,10 @@ class Metrics:
             registry=registry,
         )
         self.signatures = Counter(
-            "streamfix_signatures", "Thought signatures by event", ["event"], registry=registry
+            "streamfix_signatures",
+            "Google's thought signatures by event (also in streamfix_repairs)",
+            ["event"],
+            registry=registry,
         )
         self.active_streams = Gauge(
             "streamfix_active_streams", "Streams being sent to clients", registry=registry
@@ -63,11 +67,9 @@ class Metrics:
         self.requests.labels(route, str(status)).inc()
         self.duration.labels(route).observe(duration)
         for kind, amount in counts.items():
-            event = SIGNATURE_EVENTS.get(kind)
-            if event:
+            self.repairs.labels(kind).inc(amount)
+            if event := SIGNATURE_EVENTS.get(kind):
                 self.signatures.labels(event).inc(amount)
-            else:
-                self.repairs.labels(kind).inc(amount)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

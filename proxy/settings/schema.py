@@ -1,4 +1,7 @@
-"""Configuration: frozen dataclasses, and the one place that reads the config file and environment.
+"""Configuration: frozen dataclasses, and the one place that turns the config file, `STREAMFIX_*`
+variables and flags into settings. Secrets never become settings: the proxy's own keys
+(`STREAMFIX_API_KEYS`) and each route's key (`api_key_env`) are read from the environment by
+the code that uses them (`server/app.py`, `upstream/routes.py`), and shown only masked.
 
 Precedence, lowest first: built-in defaults, the TOML config file, `STREAMFIX_*` environment
 variables, command-line flags (passed in as `overrides`).
@@ -21,6 +24,9 @@ from proxy.settings.values import (
     read_toml,
     replace_checked,
 )
+
+# Old section names still read, each as the section it became.
+SECTION_ALIASES = {"signatures": "receipts"}
 
 GEMINI_OPENAI_BASE_URL = "https://generativelanguage.googleapis.com/v1beta/openai"
 
@@ -125,7 +131,11 @@ class RouteSettings(UpstreamSettings):
 
 
 @dataclass(frozen=True, slots=True)
-class SignatureSettings:
+class ReceiptSettings:
+    """What the proxy keeps of what upstreams attach to a turn (Google's thought signatures,
+    `reasoning_details`, `reasoning_content`) and puts back on follow-ups. Also read as
+    `[signatures]`, its name before receipts covered more than Google's."""
+
     store: str = "memory"
     """"memory", or "redis://host:port/db" to share receipts between replicas and restarts."""
     max_entries: int = 100_000
@@ -194,7 +204,7 @@ class Settings:
     server: ServerSettings = field(default_factory=ServerSettings)
     upstream: UpstreamSettings = field(default_factory=UpstreamSettings)
     tool_calls: ToolCallSettings = field(default_factory=ToolCallSettings)
-    signatures: SignatureSettings = field(default_factory=SignatureSettings)
+    receipts: ReceiptSettings = field(default_factory=ReceiptSettings)
     history: HistorySettings = field(default_factory=HistorySettings)
     recording: RecordingSettings = field(default_factory=RecordingSettings)
     routes: tuple[RouteSettings, ...] = ()
@@ -238,12 +248,19 @@ class Settings:
                 continue
             section, _, name = key.partition(".")
             sections.setdefault(section, {})[name] = value
+        for alias, section in SECTION_ALIASES.items():
+            if alias in sections and section in sections:
+                raise ConfigError(
+                    f"{alias}: the old name of [{section}]; set one of them, not both"
+                )
         for section, items in sections.items():
-            known = section in field_names(self) and section != "routes"
-            current = getattr(self, section) if known else None
+            # An alias keeps its own name in errors: the user sees the key they wrote.
+            name = SECTION_ALIASES.get(section, section)
+            known = name in field_names(self) and name != "routes"
+            current = getattr(self, name) if known else None
             if current is None:
                 raise ConfigError(f"{section}: unknown config section")
-            changes[section] = replace_checked(section, current, items)
+            changes[name] = replace_checked(section, current, items)
         return replace(self, **changes)
 
 

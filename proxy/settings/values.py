@@ -96,3 +96,18 @@ def convert(key: str, type_name: Any, value: Any) -> Any:
     if kind in (int, float) and converted <= 0:
         raise ConfigError(f"{key}: must be positive, got {value!r}")
     return converted
+
+
+def parse_keys(value: str | None) -> tuple[str, ...]:
+    """`STREAMFIX_API_KEYS`: comma-separated. Unset means no keys; set to nothing but commas and
+    blanks (`" , "`, or `""` from a secret that did not expand) is refused, since it would
+    silently switch off the authentication it was meant to switch on."""
+    if value is None:
+        return ()
+    keys = tuple(key.strip() for key in value.split(",") if key.strip())
+    if not keys:
+        raise ConfigError(
+            "STREAMFIX_API_KEYS: set but holds no key (only commas and blanks); give one or "
+            "more comma-separated keys, or unset it to run without the proxy's own keys"
+        )
+    return keys

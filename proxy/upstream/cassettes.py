@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode
 
 import orjson
 
@@ -23,6 +23,7 @@ from proxy.repair.profiles import PROFILES
 from proxy.wire.credentials import CREDENTIAL_HEADERS, CREDENTIAL_PARAMETERS
 from proxy.wire.json_paths import Path as FieldPath
 from proxy.wire.json_paths import get_path, remove_path
+from proxy.wire.json_shapes import objects_in
 
 FORMAT = "streamfix-cassette/1"
 
@@ -65,7 +66,7 @@ def proxy_written_fields() -> ProxyWrittenFields:
         for rule in profile.receipts:
             (calls if rule.on == "call" else assistant).add(rule.path)
         if profile.first_call_placeholder is not None:
-            calls.add(profile.first_call_placeholder[0])
+            calls.add(profile.first_call_placeholder.path)
         foreign.update(profile.foreign_metadata)
     return ProxyWrittenFields(
         tuple(sorted(calls)), tuple(sorted(assistant)), tuple(sorted(foreign))
@@ -115,10 +116,6 @@ class Cassette:
             return orjson.loads(self.request_body)
         except orjson.JSONDecodeError:
             return None
-
-    @property
-    def upstream_body(self) -> bytes:
-        return b"".join(chunk.data for chunk in self.chunks)
 
     def key(self) -> str:
         """What a replayed request must match (receipts the proxy writes left out)."""
@@ -211,8 +208,7 @@ def without_proxy_written(messages: Any) -> None:
     for message in messages:
         if not isinstance(message, dict):
             continue
-        calls = message.get("tool_calls")
-        calls = [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
+        calls = objects_in(message.get("tool_calls"))
         assistant = message.get("role") == "assistant"
         for path in fields.foreign + (fields.on_assistant if assistant else ()):
             _remove(message, path)
@@ -245,14 +241,6 @@ def safe_headers(headers: Any, secret: frozenset[str] = frozenset()) -> dict[str
 def safe_query(query: str) -> str:
     pairs = parse_qsl(query, keep_blank_values=True)
     return urlencode([(k, v) for k, v in pairs if k.lower() not in SECRET_QUERY])
-
-
-def safe_url(url: str) -> str:
-    parts = urlsplit(url)
-    netloc = parts.hostname or ""
-    if parts.port:
-        netloc += f":{parts.port}"
-    return urlunsplit(parts._replace(netloc=netloc, query=safe_query(parts.query)))
 
 
 def file_name(sequence: int, cassette: Cassette) -> str:

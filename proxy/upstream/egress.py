@@ -23,10 +23,10 @@ import httpx
 
 from proxy.settings.values import ConfigError
 from proxy.upstream.http1 import DEFAULT_PORTS, KEEPALIVE_EXPIRY
+from proxy.wire.credentials import masked_url
 
 logger = logging.getLogger(__name__)
 
-MASK = "****"
 PROXY_SCHEMES = ("http", "https", "socks5", "socks5h")  # what httpx.Proxy accepts
 # Idle tunnels kept per proxy; open ones are not limited, as on the direct path.
 KEEPALIVE_PER_PROXY = 64
@@ -174,7 +174,7 @@ def _proxy_urls(variables: Mapping[str, str]) -> dict[str, str]:
 
 
 def _check_proxy_url(variable: str, url: str) -> None:
-    shown = masked(url)  # the error message is printed: no credentials in it
+    shown = masked_url(url)  # the error message is printed: no credentials in it
     if not _usable(url):
         schemes = ", ".join(PROXY_SCHEMES)
         raise ConfigError(f"{variable}: {shown!r} is not a proxy URL httpx can use ({schemes})")
@@ -192,15 +192,6 @@ def _usable(url: str) -> bool:
     except (ValueError, httpx.InvalidURL):  # its message would show the URL unmasked
         return False
     return True
-
-
-def masked(url: str) -> str:
-    """The URL with any user name and password replaced, for logs and error messages."""
-    parts = urlsplit(url)
-    _, at, hostport = parts.netloc.rpartition("@")
-    if not at:
-        return url
-    return parts._replace(netloc=f"{MASK}@{hostport}").geturl()
 
 
 # ── the transport ────────────────────────────────────────────────────────────
@@ -235,7 +226,9 @@ class EgressTransport(httpx.AsyncBaseTransport):
 
     def announce(self, base_urls: Iterable[str]) -> None:
         """Log, at start-up, the proxies in force and where each configured upstream goes."""
-        shown = ", ".join(f"{scheme}={masked(url)}" for scheme, url in self._rules.proxies.items())
+        shown = ", ".join(
+            f"{scheme}={masked_url(url)}" for scheme, url in self._rules.proxies.items()
+        )
         no_proxy = ",".join(self._rules.no_proxy) or "-"
         logger.info("egress proxies from the environment: %s; NO_PROXY: %s", shown, no_proxy)
         for base_url in base_urls:
@@ -247,7 +240,7 @@ class EgressTransport(httpx.AsyncBaseTransport):
         proxy = self._rules.proxy_for(scheme, host, port)
         transport = self._direct if proxy is None else self._through(proxy)
         self._routes[origin] = transport
-        where = f"through proxy {masked(proxy)}" if proxy else "direct"
+        where = f"through proxy {masked_url(proxy)}" if proxy else "direct"
         logger.info("upstream %s://%s:%d goes %s", scheme, _bracketed(host), port, where)
         return transport
 

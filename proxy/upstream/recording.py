@@ -3,11 +3,9 @@ runs exactly as it does live."""
 
 from __future__ import annotations
 
-import itertools
 import logging
-import os
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -16,33 +14,24 @@ import anyio
 import httpx
 import orjson
 
-from proxy.settings.schema import Settings
+from proxy.upstream.cassette_files import CassetteShelf, CassetteWriter
 from proxy.upstream.cassettes import (
     Cassette,
     Chunk,
     canonical_request,
-    file_name,
     request_key,
     safe_headers,
     safe_query,
-    safe_url,
 )
-from proxy.upstream.transports import live_transport, upstream_base_urls
+from proxy.upstream.context import context_of
+from proxy.wire.credentials import masked_url
 
 logger = logging.getLogger(__name__)
 
 
-UPSTREAM = "streamfix.upstream"
-"""Request extension: the base URL and profile of the route a request goes to, so the
-transports know where paths are relative to and what a cassette was recorded against."""
-
-CASSETTE = "streamfix.cassette"
-"""Response extension under which a recorded exchange travels to the app, which adds what the
-client was sent and saves it."""
-
-
 def relative_path(request: httpx.Request, default_base_url: str) -> str:
-    base_url = request.extensions.get(UPSTREAM, {}).get("base_url", default_base_url)
+    context = context_of(request)
+    base_url = context.base_url if context else default_base_url
     url = request.url
     base = urlsplit(base_url).path.rstrip("/")
     path = url.path
@@ -50,7 +39,9 @@ def relative_path(request: httpx.Request, default_base_url: str) -> str:
 
 
 class RecordingTransport(httpx.AsyncBaseTransport):
-    """Sends through `inner` and notes everything that came back, chunk by chunk."""
+    """Sends through `inner` and notes everything that came back, chunk by chunk. What the
+    client was sent is the exchange's to report: the cassette's writer becomes its
+    `client_copy`, which delivery fills and saves when the exchange is over."""
 
     def __init__(
         self,
@@ -60,70 +51,39 @@ class RecordingTransport(httpx.AsyncBaseTransport):
         secret_headers: frozenset[str] = frozenset(),
     ) -> None:
         self._inner = inner
-        self._directory = directory
+        self._shelf = CassetteShelf(directory)
         self._base_url = base_url
         self._secret = secret_headers
-        directory.mkdir(parents=True, exist_ok=True)
-        existing = [int(p.name[:4]) for p in directory.glob("[0-9][0-9][0-9][0-9]-*.json")]
-        self._sequence = itertools.count(max(existing, default=0) + 1)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         response = await self._inner.handle_async_request(request)
-        upstream = request.extensions.get(UPSTREAM, {})
+        context = context_of(request)
         cassette = Cassette(
             method=request.method,
             path=relative_path(request, self._base_url),
-            upstream_base_url=safe_url(upstream.get("base_url", self._base_url)),
-            profile=upstream.get("profile", ""),
+            upstream_base_url=masked_url(context.base_url if context else self._base_url),
+            profile=context.profile if context else "",
             query=safe_query(request.url.query.decode()),
             request_headers=safe_headers(request.headers, self._secret),
             request_body=request.content,
             status=response.status_code,
             response_headers=safe_headers(response.headers, self._secret),
         )
+        if context is not None and context.exchange is not None:
+            context.exchange.client_copy = CassetteWriter(cassette, self._shelf)
         return httpx.Response(
             status_code=response.status_code,
             headers=response.headers,
             stream=_RecordedStream(response.stream, cassette),
-            extensions={**response.extensions, CASSETTE: self._saver(cassette)},
+            extensions=response.extensions,
         )
 
     async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    def _saver(self, cassette: Cassette) -> CassetteWriter:
-        return CassetteWriter(cassette, self._directory, self._sequence)
-
-
-class CassetteWriter:
-    """Collects what the client was sent; writes the cassette when the exchange is over."""
-
-    def __init__(self, cassette: Cassette, directory: Path, sequence: Iterator[int]) -> None:
-        self.cassette = cassette
-        self._directory = directory
-        self._sequence = sequence
-        self._client: list[bytes] = []
-
-    def sent(self, data: bytes) -> None:
-        self._client.append(data)
-
-    def save(self) -> None:
-        self.cassette.client_body = b"".join(self._client)
-        temporary = self._directory / f".{os.getpid()}-{id(self)}.tmp"
-        temporary.write_bytes(self.cassette.to_json())
+        """The lifespan's close: every cassette handed over is on disk before it returns."""
         try:
-            # A hard link never replaces an existing file, so worker processes numbering from
-            # the same start cannot overwrite each other; a taken number means: the next one.
-            while True:
-                path = self._directory / file_name(next(self._sequence), self.cassette)
-                try:
-                    os.link(temporary, path)
-                    break
-                except FileExistsError:
-                    continue
+            await self._shelf.aclose()
         finally:
-            temporary.unlink()
-        logger.info("recorded %s", path.name)
+            await self._inner.aclose()
 
 
 class _RecordedStream(httpx.AsyncByteStream):
@@ -269,19 +229,3 @@ def _similarity(a: Any, b: Any) -> int:
     if isinstance(a, list) and isinstance(b, list):
         return sum((x == y) + _similarity(x, y) for x, y in zip(a, b, strict=False))
     return 1 if a == b else 0
-
-
-def upstream_transport(settings: Settings) -> httpx.AsyncBaseTransport | None:
-    """Recording or replaying, as the settings say; None: live (the app builds that one)."""
-    recording = settings.recording
-    if recording.replay_dir:
-        return ReplayTransport.from_directory(
-            Path(recording.replay_dir), settings.upstream.base_url, recording.replay_timing
-        )
-    if recording.record_dir:
-        live = live_transport(settings.server, base_urls=upstream_base_urls(settings))
-        secret = frozenset(name.lower() for name in recording.secret_headers)
-        return RecordingTransport(
-            live, Path(recording.record_dir), settings.upstream.base_url, secret
-        )
-    return None

@@ -1,5 +1,6 @@
-"""The live upstream connection pool: the proxy's own HTTP/1.1 client, or httpx's, behind the
-egress proxies the environment names (proxy/upstream/egress.py)."""
+"""The transport that carries every upstream request, chosen in one place (`upstream_transport`):
+cassettes replayed, the live pool recorded, or the live pool itself: the proxy's own HTTP/1.1
+client, or httpx's, behind the egress proxies the environment names (proxy/upstream/egress.py)."""
 
 from __future__ import annotations
 
@@ -7,15 +8,35 @@ import itertools
 import os
 import ssl
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 import httpx
 
 from proxy.settings.schema import ServerSettings, Settings
 from proxy.upstream.egress import EgressRules, EgressTransport
 from proxy.upstream.http1 import KEEPALIVE_EXPIRY, Http1Transport
+from proxy.upstream.recording import RecordingTransport, ReplayTransport
 
 SHARDS = 16
 KEEPALIVE_PER_SHARD = 16
+
+
+def upstream_transport(
+    settings: Settings, environ: Mapping[str, str] | None = None
+) -> httpx.AsyncBaseTransport:
+    """What the settings choose: `recording.replay_dir` replays its cassettes with no network;
+    `recording.record_dir` records around the live transport; otherwise the live transport,
+    behind the egress proxies of `environ` (os.environ by default)."""
+    recording = settings.recording
+    if recording.replay_dir:
+        return ReplayTransport.from_directory(
+            Path(recording.replay_dir), settings.upstream.base_url, recording.replay_timing
+        )
+    live = live_transport(settings.server, environ, base_urls=upstream_base_urls(settings))
+    if not recording.record_dir:
+        return live
+    secret = frozenset(name.lower() for name in recording.secret_headers)
+    return RecordingTransport(live, Path(recording.record_dir), settings.upstream.base_url, secret)
 
 
 class ShardedTransport(httpx.AsyncBaseTransport):

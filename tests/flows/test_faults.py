@@ -32,22 +32,13 @@ from proxy.settings.schema import Settings
 from tests.support.fake_upstream import FakeUpstream, running_fake_upstream
 from tests.support.proxies import running_proxy
 from tests.support.servers import free_port, serving_in_thread
+from tests.support.waiting import wait_until
 
 CLIENT_TIMEOUT = httpx.Timeout(10.0)
 
 
 def chat(model: str, **extra: Any) -> dict[str, Any]:
     return {"model": model, "messages": [{"role": "user", "content": "go"}], **extra}
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> float:
-    """Poll `condition` until it holds; return the seconds it took, or fail naming `what`."""
-    started = time.monotonic()
-    while not condition():
-        if time.monotonic() - started > timeout:
-            pytest.fail(f"not within {timeout}s: {what}")
-        time.sleep(0.01)
-    return time.monotonic() - started
 
 
 def assert_openai_error(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
@@ -236,7 +227,9 @@ def test_client_disconnect_closes_the_upstream_and_leaves_nothing_behind(
             proxy_state = proxy.server.server_state
             upstream_state = upstream.server.server_state
             assert httpx.get(f"{proxy.url}/healthz").status_code == 200
-            wait_until(lambda: not proxy_state.connections, 1, "health check connection closed")
+            wait_until(
+                lambda: not proxy_state.connections, "health check connection closed", timeout=1
+            )
             baseline = probe.task_count()
 
             client = httpx.Client(timeout=CLIENT_TIMEOUT)
@@ -254,12 +247,16 @@ def test_client_disconnect_closes_the_upstream_and_leaves_nothing_behind(
                 body.close()  # mid-stream: the response was not read to its end
             client.close()
 
-            took = wait_until(lambda: fake.open_streams == 0, 1.0, "upstream stream closed")
+            took = wait_until(lambda: fake.open_streams == 0, "upstream stream closed", timeout=1.0)
             assert took < 1.0
-            wait_until(lambda: not upstream_state.connections, 1, "upstream connection closed")
-            wait_until(lambda: not proxy_state.connections, 1, "client connection closed")
-            wait_until(lambda: not proxy_state.tasks, 1, "proxy request tasks finished")
-            wait_until(lambda: probe.task_count() <= baseline, 1, "proxy tasks back to baseline")
+            wait_until(
+                lambda: not upstream_state.connections, "upstream connection closed", timeout=1
+            )
+            wait_until(lambda: not proxy_state.connections, "client connection closed", timeout=1)
+            wait_until(lambda: not proxy_state.tasks, "proxy request tasks finished", timeout=1)
+            wait_until(
+                lambda: probe.task_count() <= baseline, "proxy tasks back to baseline", timeout=1
+            )
             assert probe.task_count() == baseline
             metrics = httpx.get(f"{proxy.url}/metrics").text
             assert "streamfix_active_streams 0.0" in metrics
@@ -639,7 +636,9 @@ def test_an_oversized_event_ends_that_stream_only() -> None:
             assert b"[DONE]" not in huge.content
             assert len(huge.content) < 4096  # none of the 'x's reached the client
             assert elapsed < 1.0  # aborted at 64 KiB, not after reading 20 MiB
-            wait_until(lambda: len(hostile.sent) == 1, 5, "hostile upstream connection closed")
+            wait_until(
+                lambda: len(hostile.sent) == 1, "hostile upstream connection closed", timeout=5
+            )
             assert hostile.sent[0] < 4 * 1024 * 1024  # the proxy stopped reading early
 
             assert results["normal"] == reference  # the concurrent stream: byte for byte
@@ -647,7 +646,7 @@ def test_an_oversized_event_ends_that_stream_only() -> None:
             assert client.get(f"{proxy}/healthz").status_code == 200
             again = client.post(url, json=normal)
             assert again.content == reference
-            wait_until(lambda: fake.open_streams == 0, 1, "the fake's streams finished")
+            wait_until(lambda: fake.open_streams == 0, "the fake's streams finished", timeout=1)
 
 
 # ── 6. bad requests the existing tests do not cover ──────────────────────────
@@ -726,7 +725,7 @@ def test_an_oversized_event_in_small_pieces_costs_linear_time() -> None:
             thread = threading.Thread(target=other_streams)
             thread.start()
             try:
-                time.sleep(0.2)
+                wait_until(lambda: gaps, "another stream under way")
                 started = time.monotonic()
                 huge = httpx.post(url, json=chat("huge", stream=True), timeout=60)
                 elapsed = time.monotonic() - started

@@ -232,7 +232,7 @@ def test_several_workers_refuse_the_memory_store(args: list[str], env: dict[str,
     code, stdout, stderr = run_cli("serve", "--port", port, *args, env=env)
     assert code == 2, stderr
     assert stdout == ""
-    assert "signatures.store" in stderr and "redis://" in stderr.lower(), stderr
+    assert "receipts.store" in stderr and "redis://" in stderr.lower(), stderr
     assert "Traceback" not in stderr
 
 
@@ -407,7 +407,7 @@ def test_config_prints_the_effective_configuration_with_secrets_masked(tmp_path:
     # Effective: file, environment and flags all applied.
     assert document["server"]["port"] == 9191
     assert document["server"]["workers"] == 3
-    assert document["signatures"]["store"] == "redis://:****@127.0.0.1:6390/2"
+    assert document["receipts"]["store"] == "redis://****@127.0.0.1:6390/2"
     assert document["upstream"]["api_key"] == "**** (from $STREAMFIX_TEST_UPSTREAM_KEY)"
     assert document["routes"][0]["api_key"] == "**** (from $STREAMFIX_TEST_UPSTREAM_KEY)"
     assert document["proxy_api_keys"] == "2 key(s) from $STREAMFIX_API_KEYS"

@@ -81,7 +81,7 @@ def test_a_vertex_shaped_upstream_on_loopback_gets_its_signatures_back(keep_rece
         for message in request.json["messages"]:
             for call in message.get("tool_calls") or []:
                 assert signature_of(call) != "skip_thought_signature_validator"
-    assert 'kind="signature_placeholders"' not in metrics
+    assert 'kind="signatures_placeholders"' not in metrics
 
 
 def test_without_the_proxy_the_dropping_client_gets_the_400() -> None:

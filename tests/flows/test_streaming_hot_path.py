@@ -29,9 +29,9 @@ from tests.flows.test_faults import (
     http_chunk,
     http_head,
     raw_upstream,
-    wait_until,
 )
 from tests.support.servers import free_port, serving_in_thread
+from tests.support.waiting import until, wait_until
 from tests.upstream.test_http1 import (
     Peer,
     Server,
@@ -44,7 +44,6 @@ from tests.upstream.test_http1 import (
     idle_count,
     ok,
     server_context,
-    until,
 )
 
 EVENT = b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n'
@@ -156,7 +155,7 @@ def test_a_client_leaving_mid_stream_leaves_no_cancellation_pending_for_uvicorn(
         with serving_in_thread(probe) as proxy:
             for _ in range(3):
                 post_and_leave(proxy.url, after=b"data: ")
-            wait_until(lambda: len(probe.ends) == 3, 2, "the three requests ended")
+            wait_until(lambda: len(probe.ends) == 3, "the three requests ended", timeout=2)
     assert probe.ends == [("returned", 0)] * 3
 
 
@@ -175,7 +174,7 @@ def test_a_shutdown_cancelling_a_stream_is_not_taken_for_the_client_leaving() ->
         server = uvicorn.Server(config)
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
-        wait_until(lambda: server.started, 5, "uvicorn started")
+        wait_until(lambda: server.started, "uvicorn started", timeout=5)
         with httpx.Client(timeout=5) as client:
             body = {"model": "m", "stream": True, "messages": []}
             url = f"http://127.0.0.1:{port}/v1/chat/completions"
@@ -218,7 +217,7 @@ def test_tls_slow_reader_pauses_and_resumes_and_gets_every_byte(run, ca, framing
             for _ in range(rounds):
                 response = await fetch(transport, get(server.url))
                 connection = body_connection(response)
-                await until(lambda c=connection: c._reading_paused, timeout=2.0)
+                await until(lambda c=connection: c._reading_paused, "reading paused", timeout=2.0)
                 received = []
                 async with asyncio.timeout(5):
                     async for piece in response.aiter_raw():
@@ -248,7 +247,7 @@ def test_tls_connection_the_server_closes_while_idle_leaves_the_pool(run, ca) ->
             assert await fetch_all(transport, get(server.url)) == (200, b"ok")
             assert idle_count(transport) == 1
             started = time.monotonic()
-            await until(lambda: idle_count(transport) == 0, timeout=2.0)
+            await until(lambda: idle_count(transport) == 0, "the closed one gone", timeout=2.0)
             assert time.monotonic() - started < 1.0
             assert await fetch_all(transport, get(server.url)) == (200, b"ok")
             assert len(server.peers) == 2

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import time
 
 import httpx
 import pytest
 
+from proxy.repair.exchange import Exchange
 from proxy.server.app import create_app
 from proxy.server.delivery import relay
 from proxy.settings.schema import Settings
-from tests.support.servers import serve_in_thread
+from tests.support.servers import serve_in_thread, serving_in_thread
+from tests.support.waiting import wait_until
 
 SSE = b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\ndata: [DONE]\n\n'
 BODY = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
@@ -74,7 +75,9 @@ def test_a_client_leaving_mid_upload_is_not_an_error(caplog) -> None:
     "unexpected error" in the log, and nothing goes upstream."""
     transport = BrokenOnceTransport()
     transport.sent = 1
-    with served(transport) as url:
+    settings = Settings().with_values({"upstream.base_url": "http://127.0.0.1:9/v1"})
+    with serving_in_thread(create_app(settings, transport=transport)) as proxy:
+        url, state = proxy.url, proxy.server.server_state
         port = int(url.rsplit(":", 1)[1])
         with caplog.at_level("ERROR"):
             with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
@@ -82,8 +85,8 @@ def test_a_client_leaving_mid_upload_is_not_an_error(caplog) -> None:
                     b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
                     b'content-type: application/json\r\ncontent-length: 1000\r\n\r\n{"model":'
                 )
-                time.sleep(0.1)
-            time.sleep(0.3)  # the proxy notices the close and ends the request
+                wait_until(lambda: state.tasks, "the request under way")
+            wait_until(lambda: not state.tasks and not state.connections, "the request ended")
             after = httpx.post(f"{url}/v1/chat/completions", json={**BODY, "stream": True})
     assert after.status_code == 200
     assert transport.methods == ["POST"]  # only the second request went upstream
@@ -108,7 +111,7 @@ async def test_a_stream_ended_before_its_first_byte_still_closes_the_upstream_an
     upstream = httpx.Response(
         200, headers={"content-type": "text/event-stream"}, stream=UpstreamBody()
     )
-    response = relay(upstream, {}, lambda: booked.append(True))
+    response = relay(upstream, Exchange("test"), {}, lambda: booked.append(True))
 
     async def send(message) -> None:
         if message["type"] == "http.response.start":

@@ -1,7 +1,7 @@
-"""The proxy's own keys (proxy/server/auth.py `parse_keys`, `STREAMFIX_API_KEYS`): a value of
-nothing but commas and blanks stops start-up, in-process and for `streamfix serve` (exit 2);
-unset or given keys parse as before; a route's key is refused without proxy keys, and with them
-they guard a paid upstream key (over real sockets).
+"""The proxy's own keys (`STREAMFIX_API_KEYS`, read by proxy/settings/values.py `parse_keys`): a
+value of nothing but commas and blanks stops start-up, in-process and for `streamfix serve` (exit
+2); unset or given keys parse as before; a route's key is refused without proxy keys, and with
+them they guard a paid upstream key (over real sockets).
 
 Each test says what would break without the behaviour it checks.
 """
@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from proxy.server.app import Proxy, create_app
-from proxy.server.auth import parse_keys
 from proxy.settings.schema import ConfigError, Settings
+from proxy.settings.values import parse_keys
 from tests.support.fake_upstream import running_fake_upstream
 from tests.support.servers import free_port, serve_in_thread
 

@@ -47,6 +47,7 @@ from tests.support.fake_upstream import FakeUpstream, running_fake_upstream
 from tests.support.proxy_process import chat, serving, write_config
 from tests.support.redis_server import RedisServer, started_redis_server
 from tests.support.servers import Served, free_port, serving_config_in_thread
+from tests.support.waiting import wait_until
 
 SHORT = 0.5  # seconds: the header and body timeouts of these tests
 WAIT = 5.0  # seconds: the longest any socket read here waits
@@ -154,14 +155,6 @@ def status_and_error(response: bytes) -> tuple[int, dict[str, Any], bytes]:
     head, _, body = response.partition(b"\r\n\r\n")
     status = int(head.split(b" ", 2)[1])
     return status, orjson.loads(body)["error"], head.lower()
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 def chat_body(model: str = "openai_indexed_fragmented", *, stream: bool = False) -> bytes:

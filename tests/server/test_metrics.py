@@ -51,6 +51,9 @@ def test_metrics_count_a_repaired_gemini_stream() -> None:
     )
     assert metric(after, "streamfix_repairs_total", kind="tool_call_id_generated") == 1
     assert metric(after, "streamfix_signatures_total", event="captured") == 1
+    # Every receipt kind is counted alike by kind (DeepSeek's reasoning_content was, Google's
+    # signatures were not); Google's keep their by-event metric beside it.
+    assert metric(after, "streamfix_repairs_total", kind="signatures_captured") == 1
     assert metric(after, "streamfix_active_streams") == 0
     assert metric(after, "streamfix_upstream_ttfb_seconds_count", route="default") == 1
     assert metric(after, "streamfix_upstream_duration_seconds_count", route="default") == 1

@@ -111,3 +111,28 @@ def test_command_line_rejects_invalid_config_with_the_key(tmp_path: Path) -> Non
     )
     assert result.returncode == 2
     assert "server.port" in result.stderr
+
+
+def test_receipts_section_is_also_read_under_its_old_name(tmp_path: Path) -> None:
+    new = tmp_path / "new.toml"
+    new.write_text('[receipts]\nmax_entries = 7\non_missing = "leave"\n')
+    old = tmp_path / "old.toml"
+    old.write_text('[signatures]\nmax_entries = 7\non_missing = "leave"\n')
+    assert Settings.load(new).receipts == Settings.load(old).receipts
+    assert Settings.load(old).receipts.max_entries == 7
+    assert "signatures" not in Settings().to_dict()  # shown and handed to workers as receipts
+    assert Settings.from_dict(Settings.load(old).to_dict()).receipts.max_entries == 7
+
+
+def test_an_error_under_the_old_section_name_names_the_key_as_written() -> None:
+    with pytest.raises(ConfigError, match=r"^signatures\.on_missing: "):
+        Settings().with_values({"signatures.on_missing": "guess"})
+    with pytest.raises(ConfigError, match=r"^receipts\.on_missing: "):
+        Settings().with_values({"receipts.on_missing": "guess"})
+
+
+def test_receipts_and_its_old_name_together_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "both.toml"
+    path.write_text("[receipts]\nmax_entries = 7\n\n[signatures]\nttl_seconds = 60\n")
+    with pytest.raises(ConfigError, match=r"^signatures: the old name of \[receipts\]"):
+        Settings.load(path)

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import openai
 
+from proxy.upstream.cassettes import Cassette
 from tests.support.fake_upstream import (
     load_transcript,
 )
@@ -68,3 +69,8 @@ def sdk_stream(proxy: str, transcript: str) -> Any:
     ) as stream:
         events = [event.type for event in stream]
         return events, stream.get_final_completion().model_dump()
+
+
+def upstream_bytes(cassette: Cassette) -> bytes:
+    """The upstream's body, as the replay transport streams it: the recorded chunks."""
+    return b"".join(chunk.data for chunk in cassette.chunks)

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
@@ -22,6 +21,7 @@ from tests.support.fake_upstream import (
     split_events,
     transcript_names,
 )
+from tests.support.waiting import wait_until
 
 NAMES = transcript_names()
 REQUIRED_CASES = {
@@ -71,13 +71,6 @@ def streamed_bytes(client: httpx.Client, name: str, prefix: str = "/v1") -> byte
         assert resp.status_code == 200
         assert resp.headers["content-type"].startswith("text/event-stream")
         return b"".join(resp.iter_raw())
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.01)
 
 
 # ── the corpus ───────────────────────────────────────────────────────────────
@@ -372,7 +365,7 @@ def test_open_streams_counts_down_when_the_stream_ends(
     fake: FakeUpstream, client: httpx.Client
 ) -> None:
     streamed_bytes(client, "openai_indexed_parallel")
-    wait_until(lambda: fake.open_streams == 0)
+    wait_until(lambda: fake.open_streams == 0, "no open streams")
 
 
 def test_open_streams_counts_down_when_the_client_goes_away(
@@ -385,4 +378,4 @@ def test_open_streams_counts_down_when_the_client_goes_away(
         first = next(chunks)
         assert first == load_transcript("gemini_indexless_fragmented_single").events[0]
         assert fake.open_streams == 1
-    wait_until(lambda: fake.open_streams == 0)
+    wait_until(lambda: fake.open_streams == 0, "no open streams")

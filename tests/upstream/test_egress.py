@@ -18,9 +18,10 @@ import trustme
 from proxy.server.app import create_app
 from proxy.settings.schema import ServerSettings, Settings
 from proxy.settings.values import ConfigError
-from proxy.upstream.egress import EgressRules, EgressTransport, masked, proxy_variables
+from proxy.upstream.egress import EgressRules, EgressTransport, proxy_variables
 from proxy.upstream.http1 import Http1Transport
 from proxy.upstream.transports import ShardedTransport, live_transport
+from proxy.wire.credentials import masked_url
 from tests.support.egress_servers import (
     ForwardProxy,
     Upstream,
@@ -326,9 +327,13 @@ def test_socks_needs_socksio() -> None:
 
 
 def test_masked_hides_user_and_password_and_keeps_the_rest() -> None:
-    assert masked("http://alice:secret@proxy.corp:3128/") == "http://****@proxy.corp:3128/"
-    assert masked("http://token@[::1]:3128") == "http://****@[::1]:3128"
-    assert masked(PROXY) == PROXY
+    assert masked_url("http://alice:secret@proxy.corp:3128/") == "http://****@proxy.corp:3128/"
+    assert masked_url("http://token@[::1]:3128") == "http://****@[::1]:3128"
+    assert masked_url(PROXY) == PROXY
+    # The one masker also serves cassettes and `streamfix config`: secret query values too.
+    url = "https://u:p@host/v1?alt=sse&key=AIza-secret&password=pw"
+    assert masked_url(url) == "https://****@host/v1?alt=sse&key=****&password=****"
+    assert masked_url("redis://:pw@127.0.0.1:6379/0") == "redis://****@127.0.0.1:6379/0"
 
 
 def _no_socks() -> bool:

@@ -31,6 +31,7 @@ from tests.support.egress_servers import (
     refused_port,
     server_context,
 )
+from tests.support.waiting import until
 
 HOST = "upstream.test"  # never resolved by the system: the tests' resolver answers for it
 
@@ -130,12 +131,14 @@ def test_only_dead_addresses_is_connect_timeout_and_leaves_nothing_behind(run) -
         async with Http1Transport() as transport:
             with blackhole() as dead, blackhole() as dead_too:
                 resolve_to(dead, dead_too)
+                before = asyncio.all_tasks()
                 started = time.monotonic()
                 request = with_connect_timeout(get(f"http://{HOST}:{dead[1]}/"), 0.6)
                 with pytest.raises(httpx.ConnectTimeout):
                     await fetch(transport, request)
                 assert 0.6 <= time.monotonic() - started < 2.0
-                await asyncio.sleep(0.05)  # the cancelled attempts' callbacks run
+                await until(lambda: asyncio.all_tasks() <= before, "the attempts ended")
+                await asyncio.sleep(0)  # and their done callbacks run
 
     run(main())
 

@@ -26,6 +26,7 @@ import uvloop
 from proxy.upstream.http1 import Http1Transport
 from proxy.upstream.http1_connection import CUT_SHORT, HIGH_WATER, NO_RESPONSE, Connection
 from tests.support.loops import LOOPS, client_context, server_context  # noqa: F401
+from tests.support.waiting import until
 
 WAIT = 3.0  # any single await that should complete
 TIMEOUTS = {"connect": 2.0, "read": 2.0, "write": 2.0, "pool": 2.0}
@@ -176,12 +177,6 @@ async def pieces_until_error(response: httpx.Response) -> tuple[list[bytes], Exc
     except httpx.HTTPError as exc:
         return received, exc
     return received, None
-
-
-async def until(condition: Callable[[], bool], timeout: float = WAIT) -> None:
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.01)
 
 
 def body_connection(response: httpx.Response) -> Connection:
@@ -356,13 +351,19 @@ def test_idle_connection_expires(run) -> None:
             Server(answer(ok())) as server,
             Http1Transport(keepalive_expiry=0.2) as transport,
         ):
+            loop = asyncio.get_running_loop()
+            before = loop.time()
             await fetch_all(transport, get(server.url))
             assert idle_count(transport) == 1
-            await asyncio.sleep(0.05)
+            # The expiry is the loop's timer: observed, not raced with a sleep.
+            [[connection]] = transport._idle.values()
+            expiry = connection._expiry
+            assert expiry is not None
+            assert before + 0.2 - 0.002 <= expiry.when() <= loop.time() + 0.2 + 0.002
             assert not server.peers[0].closed.is_set()
-            await asyncio.sleep(0.35)
-            async with asyncio.timeout(0.5):
+            async with asyncio.timeout(WAIT):
                 await server.peers[0].closed.wait()
+            assert loop.time() >= expiry.when()  # not before its time
             assert idle_count(transport) == 0
             assert await fetch_all(transport, get(server.url)) == (200, b"ok")
             assert len(server.peers) == 2
@@ -380,7 +381,7 @@ def test_a_connection_the_server_closes_while_idle_leaves_the_pool(run) -> None:
         async with Server(handler) as server, Http1Transport() as transport:
             assert await fetch_all(transport, get(server.url)) == (200, b"ok")
             assert idle_count(transport) == 1
-            await until(lambda: idle_count(transport) == 0, timeout=1.0)
+            await until(lambda: idle_count(transport) == 0, "the closed one gone", timeout=1.0)
             assert await fetch_all(transport, get(server.url)) == (200, b"ok")
             assert len(server.peers) == 2
 
@@ -418,14 +419,20 @@ def test_extra_bytes_after_a_response_make_its_connection_unreusable(run) -> Non
 
 
 def test_idle_connections_beyond_the_limit_are_closed_oldest_first(run) -> None:
+    test: dict[str, Any] = {}
+
     async def handler(peer: Peer) -> None:
         while await peer.read_request() is not None:
             await peer.send(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n")
-            await asyncio.sleep(0.05 if peer.index == 0 else 0.15)
+            if peer.index == 0:  # once both are open, this one finishes first
+                await until(lambda: len(test["server"].peers) == 2, "a second connection")
+            else:  # and this one once the first is idle
+                await until(lambda: idle_count(test["transport"]) == 1, "the first one idle")
             await peer.send(b"ok")
 
     async def main() -> None:
         async with Server(handler) as server, Http1Transport(max_idle_per_origin=1) as transport:
+            test.update(server=server, transport=transport)
             # Two at once open two connections; the first to finish idles longest.
             results = await asyncio.gather(
                 fetch_all(transport, get(server.url)), fetch_all(transport, get(server.url))
@@ -741,7 +748,7 @@ def test_a_slow_reader_pauses_the_socket_and_still_gets_every_byte(run) -> None:
         async with Server(handler) as server, Http1Transport() as transport:
             response = await fetch(transport, get(server.url))
             connection = body_connection(response)
-            await until(lambda: connection._reading_paused, timeout=2.0)
+            await until(lambda: connection._reading_paused, "reading paused", timeout=2.0)
             await asyncio.sleep(0.2)  # anything still arriving would land now
             assert connection._transport is not None
             assert connection._transport.is_reading() is False

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import select
 import time
 from typing import Any
 
@@ -28,6 +29,7 @@ from tests.flows.test_faults import assert_openai_error
 from tests.support.keepalive_upstream import Answer, KeepAliveUpstream, Received, Script, ok
 from tests.support.proxies import running_proxy
 from tests.upstream.test_http1 import (
+    WAIT,
     Peer,
     Server,
     ca,  # noqa: F401 (a fixture)
@@ -87,7 +89,10 @@ def test_an_idle_connection_the_upstream_closed_is_not_written_to(run, ca, tls: 
             client_ssl = client_context(ca) if tls else None
             async with Http1Transport(ssl_context=client_ssl) as transport:
                 assert await fetch_all(transport, get(upstream.url)) == (200, b"first")
-                time.sleep(0.3)  # the loop is blocked: the FIN arrives and is not read
+                [[connection]] = transport._idle.values()
+                sock = connection._transport.get_extra_info("socket")
+                # The loop is blocked (a blocking select): the FIN arrives and is not read.
+                assert select.select([sock], [], [], WAIT)[0], "no FIN from the upstream"
                 response = await fetch(transport, post(upstream.url))
                 assert b"".join(await pieces(response)) == b"fresh"
                 assert RETRIED not in response.extensions

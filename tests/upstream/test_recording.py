@@ -38,6 +38,7 @@ from tests.support.recording_clients import (
     sdk_create,
     sdk_fields,
     sdk_stream,
+    upstream_bytes,
     wait_for,
 )
 
@@ -253,7 +254,7 @@ def test_utf8_split_is_stored_as_base64_and_decodes_back() -> None:
     stored = json.loads(path.read_text())["upstream"]["chunks"]
     assert any("base64" in chunk for chunk in stored)
     cassette = Cassette.load(path)
-    assert cassette.upstream_body == load_transcript("openai_text_multibyte_utf8").sse
+    assert upstream_bytes(cassette) == load_transcript("openai_text_multibyte_utf8").sse
 
 
 def test_recording_keeps_the_upstream_chunk_boundaries(tmp_path: Path) -> None:
@@ -286,4 +287,4 @@ def test_replay_through_a_plain_forwarding_proxy_gives_the_upstream_bytes(
         ) as resp,
     ):
         # Over a socket the pieces may coalesce; the bytes may not change.
-        assert b"".join(resp.iter_raw()) == cassette.upstream_body
+        assert b"".join(resp.iter_raw()) == upstream_bytes(cassette)

@@ -30,6 +30,7 @@ from tests.support.recording_clients import (
     ROOT,
     raw_stream,
     sdk,
+    upstream_bytes,
     wait_for,
 )
 from tests.support.servers import free_port
@@ -106,7 +107,7 @@ def test_serve_record_writes_a_cassette_per_exchange(tmp_path: Path) -> None:
     assert path.name == "0001-vertex_jumping_index-stream-200.json"
     cassette = Cassette.load(path)
     assert cassette.client_body == body
-    assert cassette.upstream_body == load_transcript("vertex_jumping_index").sse
+    assert upstream_bytes(cassette) == load_transcript("vertex_jumping_index").sse
 
 
 # ── unmatched requests ───────────────────────────────────────────────────────

@@ -16,7 +16,7 @@ class ArgumentMender:
     per call; when they do, each call gets its value back. Empty arguments become `"{}"`.
     Anything else is left exactly as received: nothing is invented.
     Applied by ToolCallRepair to a choice's calls before they are sent (atomic emission).
-    Recording: `vllm_args_tail_under_next_index`.
+    Transcript and recording: `vllm_args_tail_under_next_index`.
     """
 
     def repair(self, arguments: Sequence[str]) -> list[str] | None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from proxy.wire.json_shapes import integer, objects_in
 from proxy.wire.limits import LimitExceeded
 
 
@@ -105,14 +106,14 @@ class CallAssembler:
 
     def add(self, entries: list[Any]) -> list[ToolCall]:
         """Merge one delta's `tool_calls` entries; return the calls they touched, in order."""
-        dicts = [entry for entry in entries if isinstance(entry, dict)]
+        dicts = objects_in(entries)
         positional = len(dicts) > 1
         touched: list[ToolCall] = []
         for position, entry in enumerate(dicts):
             call = self._match(entry, position if positional else None)
             self._budget.charge(call.merge(entry))
-            if isinstance(entry.get("index"), int):
-                call.upstream_indexes.add(entry["index"])
+            if (index := integer(entry.get("index"))) is not None:
+                call.upstream_indexes.add(index)
             if call.id is not None and (call is self._opened or call.id not in self._by_id):
                 self._by_id[call.id] = call  # a reused id now means its newest call
             if call not in touched:
@@ -121,8 +122,7 @@ class CallAssembler:
 
     def _match(self, entry: dict[str, Any], position: int | None) -> ToolCall:
         call_id = entry.get("id")
-        index = entry.get("index")
-        index = index if isinstance(index, int) and not isinstance(index, bool) else None
+        index = integer(entry.get("index"))
         if _nonempty_str(call_id):
             # By id first: Vertex changes `index` for one id, and ids are what calls are.
             known = self._by_id.get(call_id)
@@ -147,8 +147,8 @@ class CallAssembler:
             call = ToolCall(index=len(self.calls))
             self.calls.append(call)
         self._opened = call
-        index = entry.get("index")
-        if isinstance(index, int) and not isinstance(index, bool):
+        index = integer(entry.get("index"))
+        if index is not None:
             self._by_upstream_index[index] = call
             call.upstream_indexes.add(index)
         return call

@@ -21,7 +21,7 @@ _TEXT_FIELDS = ("text", "summary", "data")
 class FieldBuilder:
     """One receipt field of one choice, fed from successive deltas. Past `limit` characters of
     text it holds nothing more and is `oversized`: such a receipt would not be stored anyway
-    (`signatures.max_value_bytes`), and the evidence profile watches every stream, so an
+    (`receipts.max_value_bytes`), and the evidence profile watches every stream, so an
     upstream streaming endless reasoning must not grow the proxy with it."""
 
     def __init__(self, rule: ReceiptRule, limit: int | None = None) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from proxy.repair.profiles import ProviderProfile, ReceiptRule
 from proxy.wire.json_paths import get_path, remove_path, set_path
+from proxy.wire.json_shapes import objects_in
 
 Message = dict[str, Any]
 
@@ -120,8 +121,7 @@ def assistant_messages(messages: list[Any]) -> Iterator[tuple[Message, str]]:
 
 
 def calls_of(message: Message) -> list[dict[str, Any]]:
-    calls = message.get("tool_calls")
-    return [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
+    return objects_in(message.get("tool_calls"))
 
 
 def _targets(messages: list[Any], profile: ProviderProfile) -> Iterator[tuple[dict, tuple, str]]:
@@ -191,16 +191,17 @@ def missing_required(messages: list[Any], profile: ProviderProfile) -> dict[str,
 def fill_current_turn(messages: list[Any], profile: ProviderProfile) -> int:
     """The upstream validates only the current turn (after the newest user message with real
     text), where the first call of every step must carry its receipt. Put the documented
-    placeholder where none exists anywhere. Returns how many were put."""
-    if profile.first_call_placeholder is None:
+    placeholder (`profile.first_call_placeholder`) where none exists anywhere. Returns how many
+    were put."""
+    placeholder = profile.first_call_placeholder
+    if placeholder is None:
         return 0
-    path, placeholder = profile.first_call_placeholder
     call_rules = profile.rules("call")
     put = 0
     for message, _ in assistant_messages(messages[_current_turn_start(messages) :]):
         calls = calls_of(message)
         if calls and _lacks(calls[0], call_rules):
-            put += set_path(calls[0], path, placeholder)
+            put += set_path(calls[0], placeholder.path, placeholder.value)
     return put
 
 

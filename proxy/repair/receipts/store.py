@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from proxy.settings.schema import SignatureSettings
+from proxy.settings.schema import ReceiptSettings
 
 logger = logging.getLogger(__name__)
 
@@ -213,7 +213,7 @@ class RedisStore:
         logger.warning("receipt store: redis %s failed (%s); continuing without it", operation, exc)
 
 
-def open_store(settings: SignatureSettings) -> ReceiptStore:
+def open_store(settings: ReceiptSettings) -> ReceiptStore:
     if settings.store == "memory":
         return MemoryStore(
             settings.max_entries, settings.ttl_seconds, max_total_bytes=settings.max_total_bytes

@@ -45,7 +45,7 @@ def default_repairs(settings: Settings, exchange: Exchange, store: ReceiptStore)
         ReceiptRepair(
             exchange,
             store,
-            placeholder_on_miss=settings.signatures.on_missing == "placeholder",
-            max_value_bytes=settings.signatures.max_value_bytes,
+            placeholder_on_miss=settings.receipts.on_missing == "placeholder",
+            max_value_bytes=settings.receipts.max_value_bytes,
         ),
     ]

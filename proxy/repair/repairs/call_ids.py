@@ -10,6 +10,7 @@ from proxy.repair.calls.ids import generated_call_id
 from proxy.repair.chunks import choice_index, choices_of
 from proxy.repair.exchange import Exchange
 from proxy.repair.pipeline import Chunk, Repair
+from proxy.wire.json_shapes import objects_in
 
 # Kimi's shape: `functions.NAME:N`, N counting the calls of one round.
 _NUMBERED = re.compile(r"functions\.(?P<name>[A-Za-z0-9_.-]+):(?P<n>\d+)")
@@ -23,7 +24,8 @@ class ReusedCallIdRepair(Repair):
     response, is rewritten: deterministically (a retried request gets the same ids), unique in
     the conversation, at most 40 characters, keeping Kimi's `functions.NAME:N` shape with the
     next unused N. Ids that do not collide are never touched.
-    Recording: `kimi_per_round_ids` (as round two of a conversation).
+    Transcript: `kimi_per_round_ids` (tests/transcripts, as round two of a conversation);
+    recording: `kimi_reused_ids_round2`.
     """
 
     def __init__(self, exchange: Exchange) -> None:
@@ -35,19 +37,20 @@ class ReusedCallIdRepair(Repair):
         changed = False
         for choice in choices_of(chunk):
             delta = choice.get("delta")
-            entries = delta.get("tool_calls") if isinstance(delta, dict) else None
-            for entry in entries if isinstance(entries, list) else ():
-                if isinstance(entry, dict) and isinstance(entry.get("id"), str):
-                    changed |= self._rename(entry, (choice_index(choice), entry.get("index", 0)))
+            entries = objects_in(delta.get("tool_calls")) if isinstance(delta, dict) else []
+            for entry in entries:
+                if isinstance(entry.get("id"), str):
+                    where = (choice_index(choice), entry.get("index", 0))
+                    changed |= self._rename(entry, where)
         return [chunk] if changed else None
 
     async def on_response(self, body: dict[str, Any]) -> bool:
         changed = False
         for choice in choices_of(body):
             message = choice.get("message")
-            calls = message.get("tool_calls") if isinstance(message, dict) else None
-            for position, call in enumerate(calls if isinstance(calls, list) else ()):
-                if isinstance(call, dict) and isinstance(call.get("id"), str):
+            calls = objects_in(message.get("tool_calls")) if isinstance(message, dict) else []
+            for position, call in enumerate(calls):
+                if isinstance(call.get("id"), str):
                     changed |= self._rename(call, (choice_index(choice), position))
         return changed
 
@@ -87,11 +90,9 @@ class ReusedCallIdRepair(Repair):
 
 
 def _ids_in(messages: Any) -> Iterable[str]:
-    for message in messages if isinstance(messages, list) else ():
-        if not isinstance(message, dict):
-            continue
+    for message in objects_in(messages):
         if isinstance(message.get("tool_call_id"), str):
             yield message["tool_call_id"]
-        for call in message.get("tool_calls") or ():
-            if isinstance(call, dict) and isinstance(call.get("id"), str):
+        for call in objects_in(message.get("tool_calls")):
+            if isinstance(call.get("id"), str):
                 yield call["id"]

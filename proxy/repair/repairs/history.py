@@ -8,6 +8,7 @@ from typing import Any
 from proxy.repair.calls.ids import generated_call_id
 from proxy.repair.exchange import Exchange
 from proxy.repair.pipeline import Repair
+from proxy.wire.json_shapes import objects_in
 
 NO_RESULT = "No result was recorded for this tool call."
 
@@ -124,7 +125,4 @@ def _is_tool_result(message: Any) -> bool:
 def _calls(message: Any) -> list[dict[str, Any]]:
     if not isinstance(message, dict) or message.get("role") != "assistant":
         return []
-    calls = message.get("tool_calls")
-    if not isinstance(calls, list):
-        return []
-    return [c for c in calls if isinstance(c, dict) and isinstance(c.get("id"), str)]
+    return [c for c in objects_in(message.get("tool_calls")) if isinstance(c.get("id"), str)]

@@ -14,7 +14,7 @@ from proxy.repair.profiles import ReceiptRule
 from proxy.repair.receipts import injection
 from proxy.repair.receipts.capture import FieldBuilder
 from proxy.repair.receipts.store import ReceiptStore
-from proxy.settings.schema import SignatureSettings
+from proxy.settings.schema import ReceiptSettings
 from proxy.wire.json_paths import get_path, set_path
 
 
@@ -45,7 +45,7 @@ class ReceiptRepair(Repair):
         store: ReceiptStore,
         *,
         placeholder_on_miss: bool = True,
-        max_value_bytes: int = SignatureSettings().max_value_bytes,  # one default, in settings
+        max_value_bytes: int = ReceiptSettings().max_value_bytes,  # one default, in settings
     ) -> None:
         self._exchange = exchange
         self._store = store
@@ -91,9 +91,8 @@ class ReceiptRepair(Repair):
         if self._placeholder_on_miss:
             placeholders = injection.fill_current_turn(messages, self._profile)
         if placeholders:
-            self._exchange.note(
-                "signature_placeholders", "%d current-turn step(s) had no receipt", placeholders
-            )
+            kind = f"{self._profile.first_call_placeholder.kind}_placeholders"
+            self._exchange.note(kind, "%d current-turn step(s) had no receipt", placeholders)
         for kind, amount in injection.missing_required(messages, self._profile).items():
             self._exchange.note(f"{kind}_missing", "%d tool turn(s) without it", amount)
         changes = removed + sum(injected.values()) + sum(restored.values()) + placeholders

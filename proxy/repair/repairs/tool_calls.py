@@ -27,7 +27,7 @@ class ToolCallRepair(Repair):
     - ``incremental``: an opening delta with index/id/type/name, then argument fragments.
 
     A call whose name cannot be known is left out and counted, never sent nameless.
-    Recordings: every `gemini_*`, `vertex_*` and `vllm_*` transcript.
+    Transcripts: every `gemini_*`, `vertex_*` and `vllm_*` one in tests/transcripts.
     """
 
     def __init__(
@@ -118,7 +118,7 @@ class ToolCallRepair(Repair):
     def _repair_arguments(self, calls: list[ToolCall]) -> None:
         """Whole calls not sent yet (atomic emission) can still have their arguments mended."""
         unsent = [call for call in calls if not call.opened and not call.is_bare()]
-        repaired = self._arguments.repair([call.arguments for call in unsent])
+        repaired = self._mended([call.arguments for call in unsent])
         if repaired is None:
             broken = sum(not call.arguments_complete() for call in unsent)
             if broken:
@@ -128,7 +128,6 @@ class ToolCallRepair(Repair):
             return
         for call, text in zip(unsent, repaired, strict=True):
             if text != call.arguments:
-                self._exchange.count("arguments_empty" if not call.arguments else "arguments_leak")
                 call.fragments = [text]
 
     def _repair_message_arguments(self, calls: list[Any]) -> None:
@@ -140,13 +139,16 @@ class ToolCallRepair(Repair):
         texts = [f.get("arguments") for f in functions]
         if not all(isinstance(text, str) for text in texts):
             return  # an arguments object or garbage: passed on as received
+        for function, text in zip(functions, self._mended(texts) or (), strict=False):
+            function["arguments"] = text
+
+    def _mended(self, texts: list[str]) -> list[str] | None:
+        """The mender's arguments for `texts`, each change counted by what it mended."""
         repaired = self._arguments.repair(texts)
-        for function, text in zip(functions, repaired or (), strict=False):
-            if text != function["arguments"]:
-                self._exchange.count(
-                    "arguments_empty" if not function["arguments"] else "arguments_leak"
-                )
-                function["arguments"] = text
+        for before, after in zip(texts, repaired or (), strict=False):
+            if after != before:
+                self._exchange.count("arguments_empty" if not before else "arguments_leak")
+        return repaired
 
     def _incremental_entry(self, index: int, call: ToolCall) -> dict[str, Any] | None:
         if not call.opened:

@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from proxy.repair.receipts.store import MemoryStore, RedisStore, entry_bytes, open_store
-from proxy.settings.schema import SignatureSettings
+from proxy.settings.schema import ReceiptSettings
 from tests.support.redis_server import RedisServer, started_redis_server
 
 # One store call while Redis is down must come back within this (the brief says "~2 s").
@@ -202,7 +202,7 @@ async def test_memory_budget_accounting_returns_to_zero() -> None:
 
 
 async def test_open_store_memory_uses_the_settings() -> None:
-    store = open_store(SignatureSettings(store="memory", max_entries=7, ttl_seconds=5))
+    store = open_store(ReceiptSettings(store="memory", max_entries=7, ttl_seconds=5))
     assert isinstance(store, MemoryStore)
     await store.put_many({f"k{i}": receipt(str(i)) for i in range(20)})
     assert len(store) == 7
@@ -318,7 +318,7 @@ async def test_redis_unreachable_from_the_start_is_not_fatal() -> None:
 
 
 async def test_open_store_redis_url(redis_server: RedisServer) -> None:
-    store = open_store(SignatureSettings(store=redis_server.url, ttl_seconds=30))
+    store = open_store(ReceiptSettings(store=redis_server.url, ttl_seconds=30))
     try:
         assert isinstance(store, RedisStore)
         assert await store.ping() is True

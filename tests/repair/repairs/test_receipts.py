@@ -87,7 +87,7 @@ def test_captured_signature_goes_back_on_that_exact_call() -> None:
     messages, exchange = h.request(follow_up(signed("a1")))
     assert signature_of(messages[1]["tool_calls"][0]) == "SIG-A"
     assert exchange.repairs["signatures_injected"] == 1
-    assert exchange.repairs["signature_placeholders"] == 0
+    assert exchange.repairs["signatures_placeholders"] == 0
 
 
 def test_parallel_calls_signature_only_on_the_first() -> None:
@@ -163,7 +163,7 @@ def test_unknown_current_turn_step_gets_placeholder_older_turns_left_alone() -> 
     assert "extra_content" not in messages[1]["tool_calls"][0]  # older turn unchanged
     current = messages[len(older) + 1]["tool_calls"]
     assert [signature_of(c) for c in current] == [SKIP_SIGNATURE_VALIDATOR, None]
-    assert exchange.repairs["signature_placeholders"] == 1
+    assert exchange.repairs["signatures_placeholders"] == 1
 
 
 def test_on_missing_leave_puts_no_placeholder() -> None:

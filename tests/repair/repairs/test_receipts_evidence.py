@@ -82,7 +82,7 @@ def test_reasoning_details_are_kept_for_an_upstream_whose_model_says_gemini() ->
     messages, exchange = h.request(history(plain("d1")))
     assert messages[1]["reasoning_details"] == details
     assert "extra_content" not in messages[1]["tool_calls"][0]  # no placeholder
-    assert exchange.repairs["signature_placeholders"] == 0
+    assert exchange.repairs["signatures_placeholders"] == 0
 
 
 @pytest.mark.parametrize("provider", ["kimi", "glm", "qwen"])
