@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 
 import pytest
+import trustme
 
 from tests.support.fake_upstream import FakeUpstream, running_fake_upstream
 from tests.support.loops import run  # noqa: F401 (the `run` fixture: a test's coroutine on each loop)
@@ -22,3 +23,9 @@ def fake_upstream() -> Iterator[tuple[FakeUpstream, str]]:
 def proxy_for() -> Callable[..., AbstractContextManager[str]]:
     """`with proxy_for(upstream_url, **config) as url:` starts a proxy for one test."""
     return running_proxy
+
+
+@pytest.fixture(scope="module")
+def ca() -> trustme.CA:
+    """A throwaway certificate authority for the TLS tests (one per module)."""
+    return trustme.CA()

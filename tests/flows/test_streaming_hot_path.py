@@ -22,29 +22,21 @@ import uvicorn
 from proxy.server.app import create_app
 from proxy.settings.schema import Settings
 from proxy.upstream.http1 import Http1Transport
-from tests.flows.test_faults import (
-    LAST_CHUNK,
-    Reply,
-    assert_openai_error,
-    http_chunk,
-    http_head,
-    raw_upstream,
-)
-from tests.support.servers import free_port, serving_in_thread
-from tests.support.waiting import until, wait_until
-from tests.upstream.test_http1 import (
+from tests.support.loops import client_context, server_context
+from tests.support.openai_errors import assert_openai_error
+from tests.support.raw_upstream import LAST_CHUNK, Reply, http_chunk, http_head, raw_upstream
+from tests.support.scripted_servers import (
     Peer,
     Server,
     body_connection,
-    ca,  # noqa: F401 (a fixture)
-    client_context,
     fetch,
     fetch_all,
     get,
     idle_count,
     ok,
-    server_context,
 )
+from tests.support.servers import free_port, serving_in_thread
+from tests.support.waiting import until, wait_until
 
 EVENT = b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n'
 STREAM = b'{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}]}'
@@ -195,7 +187,7 @@ def test_a_shutdown_cancelling_a_stream_is_not_taken_for_the_client_leaving() ->
 
 
 @pytest.mark.parametrize("framing", ["content-length", "close-delimited"])
-def test_tls_slow_reader_pauses_and_resumes_and_gets_every_byte(run, ca, framing: str) -> None:  # noqa: F811
+def test_tls_slow_reader_pauses_and_resumes_and_gets_every_byte(run, ca, framing: str) -> None:
     # pause_reading()/resume_reading() on asyncio's and uvloop's SSL transports (their own
     # classes, with their own read buffers): without resume the slow reader stalls into a read
     # timeout; with bytes lost the payload differs; unbalanced bookkeeping breaks the reuse.
@@ -230,7 +222,7 @@ def test_tls_slow_reader_pauses_and_resumes_and_gets_every_byte(run, ca, framing
     run(main())
 
 
-def test_tls_connection_the_server_closes_while_idle_leaves_the_pool(run, ca) -> None:  # noqa: F811
+def test_tls_connection_the_server_closes_while_idle_leaves_the_pool(run, ca) -> None:
     # Over TLS the close arrives as close_notify through the SSL protocol, not as a plain EOF.
     # If it never reached connection_lost, the pool would hand out a dead connection and the
     # next request would cost a retry.

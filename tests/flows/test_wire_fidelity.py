@@ -3,7 +3,7 @@ spelling of the chat route is repaired, and nothing an upstream sends can make t
 without bound.
 
 Every test runs the real proxy under uvicorn on 127.0.0.1 against a scripted raw-TCP upstream
-(tests/flows/test_faults.py RawUpstream) or the transcript fake. Each says what broke before.
+(tests/support/raw_upstream.py) or the transcript fake. Each says what broke before.
 """
 
 from __future__ import annotations
@@ -19,16 +19,10 @@ import httpx
 import orjson
 import pytest
 
-from tests.flows.test_faults import (
-    LAST_CHUNK,
-    RawRequest,
-    Reply,
-    assert_openai_error,
-    http_chunk,
-    raw_upstream,
-)
 from tests.support.fake_upstream import load_transcript, running_fake_upstream
+from tests.support.openai_errors import assert_openai_error
 from tests.support.proxies import running_proxy
+from tests.support.raw_upstream import LAST_CHUNK, RawRequest, Reply, http_chunk, raw_upstream
 
 TIMEOUT = httpx.Timeout(10.0)
 

@@ -17,9 +17,10 @@ import pytest
 
 from proxy.upstream.http1 import Http1Transport, ResponseTooLarge
 from proxy.upstream.http1_connection import MAX_FIELDS, MAX_HEAD_BYTES
-from tests.flows.test_faults import Reply, assert_openai_error, raw_upstream
+from tests.support.openai_errors import assert_openai_error
 from tests.support.proxies import running_proxy
-from tests.upstream.test_http1 import (
+from tests.support.raw_upstream import Reply, raw_upstream
+from tests.support.scripted_servers import (
     Peer,
     Server,
     answer,

@@ -25,22 +25,12 @@ import pytest
 
 from proxy.upstream.http1 import RETRIED, ClosedWithoutResponse, Http1Transport, NotRetried
 from proxy.upstream.transports import SHARDS
-from tests.flows.test_faults import assert_openai_error
 from tests.support.keepalive_upstream import Answer, KeepAliveUpstream, Received, Script, ok
+from tests.support.loops import client_context, server_context
+from tests.support.openai_errors import assert_openai_error
 from tests.support.proxies import running_proxy
-from tests.upstream.test_http1 import (
-    WAIT,
-    Peer,
-    Server,
-    ca,  # noqa: F401 (a fixture)
-    client_context,
-    fetch,
-    fetch_all,
-    get,
-    pieces,
-    server_context,
-)
-from tests.upstream.test_http1 import ok as ok_response
+from tests.support.scripted_servers import WAIT, Peer, Server, fetch, fetch_all, get, pieces
+from tests.support.scripted_servers import ok as ok_response
 
 COMPLETION = (
     b'{"id":"c1","object":"chat.completion","model":"m","choices":[{"index":0,'
@@ -73,7 +63,7 @@ def sent(upstream: KeepAliveUpstream) -> list[tuple[int, int, str]]:
 
 
 @pytest.mark.parametrize("tls", [False, True], ids=["tcp", "tls"])
-def test_an_idle_connection_the_upstream_closed_is_not_written_to(run, ca, tls: bool) -> None:  # noqa: F811
+def test_an_idle_connection_the_upstream_closed_is_not_written_to(run, ca, tls: bool) -> None:
     # The upstream's FIN sits in the kernel, unseen: the test blocks its loop while it arrives,
     # as a busy proxy's loop would be. Without the peek in Connection.alive() the POST goes out
     # on the dead connection, meets a reset, and is a 502 (a POST is never sent twice).
