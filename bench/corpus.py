@@ -67,8 +67,8 @@ from proxy.server.app import create_app  # noqa: E402
 from proxy.settings.schema import Settings  # noqa: E402
 from proxy.wire.sse import DONE, SSEDecoder  # noqa: E402
 from tests.clients.vercel import SDK_VERSIONS, run_vercel  # noqa: E402
-from tests.fake_upstream import split_events  # noqa: E402
-from tests.servers import serve_in_thread  # noqa: E402
+from tests.support.fake_upstream import split_events  # noqa: E402
+from tests.support.servers import serve_in_thread  # noqa: E402
 
 TURN = re.compile(r"^(?P<stem>.+)\.turn(?P<n>\d+)$")
 CLIENTS = ("wire", "stream", "create", *(f"ai {sdk}" for sdk in sorted(SDK_VERSIONS)))

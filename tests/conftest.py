@@ -3,26 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
-from typing import Any
+from contextlib import AbstractContextManager
 
 import pytest
+import trustme
 
-from proxy.server.app import create_app
-from proxy.settings.schema import Settings
-from tests.fake_upstream import FakeUpstream, running_fake_upstream
-from tests.loops import run  # noqa: F401 (the `run` fixture: a test's coroutine on each loop)
-from tests.servers import serve_in_thread
-
-
-@contextmanager
-def running_proxy(upstream_base_url: str, **values: Any) -> Iterator[str]:
-    """The proxy in front of `upstream_base_url`; yields the proxy's root URL."""
-    settings = Settings().with_values(
-        {"upstream.base_url": upstream_base_url, "repairs.strict": True, **values}
-    )
-    with serve_in_thread(create_app(settings)) as url:
-        yield url
+from tests.support.fake_upstream import FakeUpstream, running_fake_upstream
+from tests.support.loops import run  # noqa: F401 (the `run` fixture: a test's coroutine on each loop)
+from tests.support.proxies import running_proxy
 
 
 @pytest.fixture
@@ -35,3 +23,9 @@ def fake_upstream() -> Iterator[tuple[FakeUpstream, str]]:
 def proxy_for() -> Callable[..., AbstractContextManager[str]]:
     """`with proxy_for(upstream_url, **config) as url:` starts a proxy for one test."""
     return running_proxy
+
+
+@pytest.fixture(scope="module")
+def ca() -> trustme.CA:
+    """A throwaway certificate authority for the TLS tests (one per module)."""
+    return trustme.CA()

@@ -26,8 +26,8 @@ import pytest
 import yaml
 
 from proxy.settings.schema import ENVIRONMENT_KEYS, Settings
-from tests.conftest import running_proxy
-from tests.servers import free_port
+from tests.support.proxies import running_proxy
+from tests.support.servers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "Dockerfile"

@@ -25,8 +25,8 @@ import pytest
 from proxy.server.app import create_app
 from proxy.settings.schema import Settings
 from tests.clients.vercel import ensure_node_modules
-from tests.fake_upstream import FakeUpstream, running_fake_upstream
-from tests.servers import serve_in_thread
+from tests.support.fake_upstream import FakeUpstream, running_fake_upstream
+from tests.support.servers import serve_in_thread
 
 # ── fixtures ─────────────────────────────────────────────────────────────────
 

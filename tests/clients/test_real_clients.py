@@ -1,7 +1,7 @@
 """The real-client matrix: real client libraries against the proxy, one test per case.
 
 Every transcript of a Gemini, Vertex, vLLM, OpenAI or Kimi upstream, and of the Mistral, DashScope,
-GLM, MiniMax, Snowflake, OpenRouter and gateway shapes of issue 14, is replayed by the fake
+GLM, MiniMax, Snowflake, OpenRouter and gateway shapes, is replayed by the fake
 upstream, repaired by the proxy under a real uvicorn, and read by a real client:
 
 - OpenAI Python SDK, `client.chat.completions.stream()` (accumulates deltas by `index`), against
@@ -31,19 +31,20 @@ import openai
 import pytest
 
 from tests.clients.vercel import SDK_VERSIONS, run_vercel
-from tests.fake_upstream import load_transcript, transcript_names
+from tests.support.fake_upstream import load_transcript, transcript_names
 
 UPSTREAM_PREFIXES = (
     *("gemini_", "vertex_", "vllm_", "openai_", "kimi_"),
-    # The shapes of issue 14's corpus of recorded traffic.
+    # The shapes of the corpus of others' recorded traffic.
     *("mistral_", "dashscope_", "glm_", "gateway_", "minimax_", "snowflake_", "openrouter_"),
 )
 
 TRANSCRIPTS = [name for name in transcript_names() if name.startswith(UPSTREAM_PREFIXES)]
 
 # Argument text already streamed as fragments cannot be mended afterwards (vLLM's leaked tail):
-# with incremental emission these come out as received, which tests/repairs/test_tool_calls.py
-# checks; they are not incremental cases here (left out, not skipped).
+# with incremental emission these come out as received, which
+# tests/repair/repairs/test_tool_calls.py checks; they are not incremental cases here (left
+# out, not skipped).
 NOT_REPAIRABLE_INCREMENTALLY = {"vllm_args_tail_under_next_index"}
 
 

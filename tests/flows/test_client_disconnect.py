@@ -1,0 +1,108 @@
+"""A client that goes away mid-stream, over real sockets: the proxy closes the upstream and leaves
+nothing behind (no task, no connection, no pending callback on its loop).
+
+Every test runs the real proxy under uvicorn on loopback. Each test says in a comment what would
+break without the behaviour it checks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+
+from proxy.server.app import create_app
+from proxy.settings.schema import Settings
+from tests.support.fake_upstream import FakeUpstream
+from tests.support.servers import serving_in_thread
+from tests.support.waiting import wait_until
+
+CLIENT_TIMEOUT = httpx.Timeout(10.0)
+
+
+def chat(model: str, **extra: Any) -> dict[str, Any]:
+    return {"model": model, "messages": [{"role": "user", "content": "go"}], **extra}
+
+
+class LoopProbe:
+    """ASGI wrapper that notes the event loop the app runs on (the proxy's uvicorn thread has
+    its own), so a test can count that loop's tasks from the outside."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        self.loop = asyncio.get_running_loop()
+        await self.app(scope, receive, send)
+
+    def task_count(self) -> int:
+        assert self.loop is not None
+
+        async def count() -> int:
+            return len(asyncio.all_tasks()) - 1  # minus this one
+
+        return asyncio.run_coroutine_threadsafe(count(), self.loop).result(timeout=2)
+
+
+@pytest.mark.parametrize(
+    ("knobs", "model"),
+    [
+        ({"stall_after": 2}, "openai_text_usage_only_last_chunk"),
+        ({"delay": 0.25}, "openai_text_usage_only_last_chunk"),
+    ],
+    ids=["upstream-stalled", "upstream-still-sending"],
+)
+def test_client_disconnect_closes_the_upstream_and_leaves_nothing_behind(
+    knobs: dict[str, Any], model: str
+) -> None:
+    # Without the close in the stream's `finally`, the fake keeps `open_streams == 1` (stalled:
+    # until the 600 s read timeout; still sending: until its last event, ~3 s) and the proxy
+    # keeps the request task and the upstream connection; without `active_streams.dec()` the
+    # gauge stays at 1.
+    fake = FakeUpstream(**knobs)
+    settings = Settings().with_values(
+        {"upstream.base_url": "http://unused", "repairs.strict": True}
+    )
+    with serving_in_thread(fake.app) as upstream:
+        settings = settings.with_values({"upstream.base_url": f"{upstream.url}/v1"})
+        probe = LoopProbe(create_app(settings))
+        with serving_in_thread(probe) as proxy:
+            proxy_state = proxy.server.server_state
+            upstream_state = upstream.server.server_state
+            assert httpx.get(f"{proxy.url}/healthz").status_code == 200
+            wait_until(
+                lambda: not proxy_state.connections, "health check connection closed", timeout=1
+            )
+            baseline = probe.task_count()
+
+            client = httpx.Client(timeout=CLIENT_TIMEOUT)
+            with client.stream(
+                "POST", f"{proxy.url}/v1/chat/completions", json=chat(model, stream=True)
+            ) as response:
+                assert response.status_code == 200
+                # Keep the iterator: dropping a half-read httpx iterator closes the connection.
+                body = response.iter_raw()
+                first = next(body)
+                assert first.startswith(b"data: ")
+                assert fake.open_streams == 1
+                assert len(upstream_state.connections) == 1
+                assert probe.task_count() > baseline  # the request is in flight
+                body.close()  # mid-stream: the response was not read to its end
+            client.close()
+
+            took = wait_until(lambda: fake.open_streams == 0, "upstream stream closed", timeout=1.0)
+            assert took < 1.0
+            wait_until(
+                lambda: not upstream_state.connections, "upstream connection closed", timeout=1
+            )
+            wait_until(lambda: not proxy_state.connections, "client connection closed", timeout=1)
+            wait_until(lambda: not proxy_state.tasks, "proxy request tasks finished", timeout=1)
+            wait_until(
+                lambda: probe.task_count() <= baseline, "proxy tasks back to baseline", timeout=1
+            )
+            assert probe.task_count() == baseline
+            metrics = httpx.get(f"{proxy.url}/metrics").text
+            assert "streamfix_active_streams 0.0" in metrics

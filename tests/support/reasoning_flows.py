@@ -1,0 +1,262 @@
+"""Reasoning-receipt flows through the proxy: the two providers (DeepSeek's reasoning_content,
+OpenRouter's reasoning_details) with their fakes, the proxy in front of them, what the upstream
+received, and the OpenAI Python SDK running the five-request flow with messages rebuilt without
+the reasoning fields.
+
+The flow: three steps (call, parallel calls, text), a new user question, then another tool step
+and a text answer."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import openai
+from starlette.applications import Starlette
+
+from proxy.server.app import create_app
+from proxy.settings.schema import Settings
+from tests.support.proxies import running_proxy
+from tests.support.reasoning_upstreams import (
+    DEEPSEEK_MESSAGE,
+    OPENROUTER_MISSING_MESSAGE,
+    TOOL_SCHEMAS,
+    TWO_TURNS,
+    TextStep,
+    running_deepseek_upstream,
+    running_openrouter_upstream,
+    step_of,
+    tool_calls_of,
+)
+from tests.support.servers import serve_in_thread
+
+VERCEL_SDKS = ("v1", "v2", "v3")
+OPENAI_MODES = ("stream", "create-stream", "create")
+VERCEL_TOOLS = [
+    {"name": name, "description": f"the {name} tool", "parameters": schema}
+    for name, schema in TOOL_SCHEMAS.items()
+]
+OPENAI_TOOLS = [
+    {"type": "function", "function": {"name": t["name"], "parameters": t["parameters"]}}
+    for t in VERCEL_TOOLS
+]
+TOOL_RESULTS: dict[str, Any] = {"read_file": {"content": "hello"}, "list_dir": ["a.txt", "b.txt"]}
+QUESTIONS = ("read a.txt and b.txt, list the directory", "now read c.txt")
+FINAL_TEXTS = [next(s.text for s in turn if isinstance(s, TextStep)) for turn in TWO_TURNS]
+# Five requests: turn 0 steps 0, 1, 2; turn 1 steps 0, 1.
+STEP_COUNTS = [0, 1, 2, 0, 1]
+# What an app that "does not know" these fields leaves out when it stores a message.
+REASONING_FIELDS = ("reasoning_content", "reasoning", "reasoning_details")
+
+
+@dataclass(frozen=True)
+class Provider:
+    name: str
+    model: str
+    field: str  # the receipt: "reasoning_content" or "reasoning_details"
+    api: str  # the fake's base URL path
+    running: Callable[..., AbstractContextManager[Any]]
+    proxy_config: dict[str, Any]
+    missing_error: str
+
+
+DEEPSEEK = Provider(
+    "deepseek",
+    "deepseek-v4-flash",
+    "reasoning_content",
+    "/v1",
+    running_deepseek_upstream,
+    {"upstream.profile": "deepseek"},  # the host api.deepseek.com would pick it
+    DEEPSEEK_MESSAGE,
+)
+OPENROUTER = Provider(
+    "openrouter",
+    "google/gemini-3-pro-preview",
+    "reasoning_details",
+    "/api/v1",
+    running_openrouter_upstream,
+    {"upstream.profile": "openrouter"},
+    OPENROUTER_MISSING_MESSAGE,
+)
+PROVIDERS = {p.name: p for p in (DEEPSEEK, OPENROUTER)}
+
+
+@contextmanager
+def behind_proxy(
+    provider: Provider, proxy_config: dict[str, Any] | None = None, **knobs: Any
+) -> Iterator[tuple[Any, str, str]]:
+    """(fake, the fake's base URL, the proxy's base URL)."""
+    with provider.running(**knobs) as (fake, root):
+        base = f"{root}{provider.api}"
+        with running_proxy(base, **{**provider.proxy_config, **(proxy_config or {})}) as proxy:
+            yield fake, base, f"{proxy}/v1"
+
+
+@contextmanager
+def proxy_app(upstream_base_url: str, **values: Any) -> Iterator[tuple[Starlette, str]]:
+    """Like conftest's running_proxy, but also yields the app (to look at its store)."""
+    settings = Settings().with_values(
+        {"upstream.base_url": upstream_base_url, "repairs.strict": True, **values}
+    )
+    app = create_app(settings)
+    with serve_in_thread(app) as url:
+        yield app, url
+
+
+def step_counts(fake: Any) -> list[int]:
+    """How many assistant tool-call messages each request's current turn had."""
+    return [step_of(r.json["messages"]) for r in fake.requests]
+
+
+def rejection_reasons(fake: Any) -> list[str]:
+    return [r.reason for r in fake.rejections]
+
+
+def assert_receipts_returned(fake: Any, provider: Provider, *, client_sends: bool = False) -> int:
+    """In every request the fake got, each assistant message the fake answered carries exactly
+    the receipt it issued with that answer to that credential (DeepSeek: tool-calling messages
+    only). No other message carries one, unless `client_sends` (a client that sends reasoning
+    itself). Returns how many receipts came back."""
+    returned = 0
+    for n, request in enumerate(fake.requests):
+        tenant = request.headers.get("authorization", "")
+        for i, message in enumerate(request.json["messages"]):
+            if message.get("role") != "assistant":
+                continue
+            issued = fake.issued_for(message, tenant)
+            needs = bool(issued) and (provider is OPENROUTER or bool(tool_calls_of(message)))
+            where = f"request {n}, message {i}:\n{json.dumps(request.json)[:3000]}"
+            if needs:
+                assert provider.field in message, f"no {provider.field} on {where}"
+                sent = message[provider.field]
+                assert any(sent == item.receipt for item in issued), f"wrong receipt on {where}"
+                returned += 1
+            elif not client_sends:
+                assert provider.field not in message, f"invented {provider.field} on {where}"
+    return returned
+
+
+def assert_last_request_complete(fake: Any, provider: Provider) -> None:
+    """The flow's last request carries a receipt on every tool-calling message (turn 0 steps 0
+    and 1, turn 1 step 0), and for OpenRouter on turn 0's text answer too."""
+    messages = fake.requests[-1].json["messages"]
+    if provider is DEEPSEEK:
+        messages = [m for m in messages if tool_calls_of(m)]
+    carrying = sum(provider.field in m for m in messages)
+    assert carrying == (4 if provider is OPENROUTER else 3), json.dumps(messages)[:3000]
+
+
+def _post(base_url: str, body: dict[str, Any], key: str = "k") -> httpx.Response:
+    headers = {"authorization": f"Bearer {key}"}
+    return httpx.post(f"{base_url}/chat/completions", json=body, headers=headers, timeout=60)
+
+
+def _metric(proxy_root: str, kind: str) -> float:
+    text = httpx.get(f"{proxy_root}/metrics", timeout=10).text
+    pattern = rf'^streamfix_repairs_total\{{kind="{kind}",route="default"\}} (\S+)$'
+    match = re.search(pattern, text, re.M)
+    return float(match.group(1)) if match else 0.0
+
+
+def _metric_reaches(proxy_root: str, kind: str, value: float) -> float:
+    """The exchange is counted when its response closed: poll briefly."""
+    deadline = time.monotonic() + 5
+    while (seen := _metric(proxy_root, kind)) < value and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return seen
+
+
+def _stripped(message: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in message.items() if k not in REASONING_FIELDS}
+
+
+def _results(message: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        {"role": "tool", "tool_call_id": c["id"], "content": "hello"} for c in message["tool_calls"]
+    ]
+
+
+def _client(base_url: str, key: str = "sk-test", **kwargs: Any) -> openai.OpenAI:
+    return openai.OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=60, **kwargs)
+
+
+def _ask(
+    client: openai.OpenAI, model: str, messages: list[dict[str, Any]], mode: str
+) -> dict[str, Any]:
+    """One request; returns the assistant message as an app puts it back in the history:
+    without reasoning fields."""
+    kwargs: dict[str, Any] = {"model": model, "messages": messages, "tools": OPENAI_TOOLS}
+    if mode == "stream":
+        with client.chat.completions.stream(**kwargs) as stream:
+            message = stream.get_final_completion().choices[0].message
+        rebuilt: dict[str, Any] = {"role": "assistant", "content": message.content}
+        if message.tool_calls:
+            rebuilt["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.function.name, "arguments": c.function.arguments},
+                }
+                for c in message.tool_calls
+            ]
+        return rebuilt
+    if mode == "create-stream":
+        content = ""
+        calls: dict[Any, dict[str, Any]] = {}
+        for chunk in client.chat.completions.create(stream=True, **kwargs):
+            if not chunk.choices:
+                continue
+            delta = chunk.choices[0].delta
+            content += delta.content or ""
+            for tc in delta.tool_calls or []:
+                call = calls.setdefault(
+                    tc.index,
+                    {"id": "", "type": "function", "function": {"name": "", "arguments": ""}},
+                )
+                call["id"] += tc.id or ""
+                if tc.function:
+                    call["function"]["name"] += tc.function.name or ""
+                    call["function"]["arguments"] += tc.function.arguments or ""
+        rebuilt = {"role": "assistant", "content": content or None}
+        if calls:
+            rebuilt["tool_calls"] = list(calls.values())
+        return rebuilt
+    completion = client.chat.completions.create(**kwargs)
+    dumped = completion.choices[0].message.model_dump(exclude_none=True)
+    for name in REASONING_FIELDS:
+        dumped.pop(name, None)
+    return dumped
+
+
+def _run_turn(client: openai.OpenAI, model: str, messages: list[dict[str, Any]], mode: str) -> str:
+    for _ in range(5):
+        assistant = _ask(client, model, messages, mode)
+        messages.append(assistant)
+        if not assistant.get("tool_calls"):
+            return str(assistant.get("content"))
+        for call in assistant["tool_calls"]:
+            result = TOOL_RESULTS[call["function"]["name"]]
+            messages.append(
+                {"role": "tool", "tool_call_id": call["id"], "content": json.dumps(result)}
+            )
+    raise AssertionError("no text answer after 5 steps")
+
+
+def _openai_flow(base_url: str, provider: Provider, mode: str, key: str = "sk-test") -> list[str]:
+    """Turn 0 (three steps), a new question, turn 1 (a tool step, then text)."""
+    client = _client(base_url, key)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": QUESTIONS[0]}]
+    texts = [_run_turn(client, provider.model, messages, mode)]
+    messages.append({"role": "user", "content": QUESTIONS[1]})
+    texts.append(_run_turn(client, provider.model, messages, mode))
+    return texts
+
+
+def _call(call_id: str, name: str = "read_file") -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": "{}"}}

@@ -1,0 +1,86 @@
+"""ReceiptRepair driven directly: a harness with one memory store shared by successive exchanges
+(as in the running proxy), and builders for the chunks, calls and histories it sees."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+from proxy.repair.exchange import Exchange
+from proxy.repair.receipts.store import MemoryStore
+from proxy.repair.repairs.receipts import ReceiptRepair
+from proxy.repair.tenancy import ReceiptScope
+
+
+class Harness:
+    """One store shared by successive exchanges, as in the running proxy."""
+
+    def __init__(self, profile: Any, max_value_bytes: int = 1_048_576) -> None:
+        self.store = MemoryStore(1000, 3600)
+        self.profile = profile
+        self.max_value_bytes = max_value_bytes
+
+    def repair(
+        self, messages: list | None = None, tenant: str = "t1", upstream: str = "u"
+    ) -> tuple[ReceiptRepair, Exchange]:
+        exchange = Exchange(
+            "r",
+            request={"messages": messages or [{"role": "user", "content": "go"}]},
+            profile=self.profile,
+            scope=ReceiptScope(tenant, upstream),
+        )
+        repair = ReceiptRepair(exchange, self.store, max_value_bytes=self.max_value_bytes)
+        return repair, exchange
+
+    def stream(self, chunks: list[dict], **scope: Any) -> Exchange:
+        repair, exchange = self.repair(**scope)
+        for chunk in chunks:
+            assert repair.on_chunk(copy.deepcopy(chunk)) is None  # capture never edits
+        asyncio.run(repair.on_end())
+        return exchange
+
+    def respond(self, body: dict, **scope: Any) -> Exchange:
+        repair, exchange = self.repair(messages=scope.pop("messages", None), **scope)
+        sent = copy.deepcopy(body)
+        assert asyncio.run(repair.on_response(body)) is False
+        assert body == sent  # capture never edits
+        return exchange
+
+    def request(self, messages: list[dict], **scope: Any) -> tuple[list, Exchange]:
+        repair, exchange = self.repair(**scope)
+        body = {"messages": copy.deepcopy(messages)}
+        asyncio.run(repair.on_request(body))
+        return body["messages"], exchange
+
+
+def delta_chunk(delta: dict, finish: str | None = None, index: int = 0) -> dict:
+    return {"choices": [{"index": index, "delta": delta, "finish_reason": finish}]}
+
+
+def call(call_id: str, name: str = "read_file", index: int = 0) -> dict:
+    return {
+        "index": index,
+        "id": call_id,
+        "type": "function",
+        "function": {"name": name, "arguments": "{}"},
+    }
+
+
+def plain(call_id: str, name: str = "read_file") -> dict:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": "{}"}}
+
+
+def deepseek_stream(reasoning: list[str], *calls: dict, choice: int = 0) -> list[dict]:
+    """As ReceiptRepair sees it (after ToolCallRepair): reasoning pieces, then whole calls."""
+    chunks = [delta_chunk({"role": "assistant", "reasoning_content": ""}, index=choice)]
+    chunks += [delta_chunk({"reasoning_content": p}, index=choice) for p in reasoning]
+    chunks += [delta_chunk({"tool_calls": [c]}, index=choice) for c in calls]
+    chunks.append(delta_chunk({"content": "", "reasoning_content": None}, "tool_calls", choice))
+    return chunks
+
+
+def history(*calls: dict, question: str = "read a.txt", **fields: Any) -> list[dict]:
+    step = {"role": "assistant", "content": "", **fields, "tool_calls": list(calls)}
+    results = [{"role": "tool", "tool_call_id": c["id"], "content": "ok"} for c in calls]
+    return [{"role": "user", "content": question}, step, *results]

@@ -1,0 +1,170 @@
+"""Recording and replaying proxies served from the command line, and requests matched to
+cassettes: `--replay-timing` keeps the recorded pacing, `serve --record` writes a cassette per
+exchange, volatile fields do not matter, and an unmatched request gets a 502 naming the nearest
+cassette and the differing field (an API error for the SDK).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from proxy.upstream.cassettes import Cassette
+from tests.support.fake_upstream import (
+    load_transcript,
+    running_fake_upstream,
+)
+from tests.support.proxies import running_proxy
+from tests.support.recording_clients import (
+    RECORDINGS,
+    ROOT,
+    raw_stream,
+    sdk,
+    upstream_bytes,
+    wait_for,
+)
+from tests.support.servers import free_port
+
+# ── --replay-timing, serve --record, through the command line ────────────────
+
+
+@contextmanager
+def serving(*args: str) -> Iterator[str]:
+    """`python -m proxy serve ARGS` on a free loopback port; yields its root URL."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMFIX_")}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "proxy", "serve", "--host", "127.0.0.1", "--port", str(port), *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"streamfix serve exited: {process.stderr.read().decode()}")
+            try:
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("streamfix serve did not come up within 20 s")
+            time.sleep(0.05)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+def timed_request(url: str, cassette: Cassette) -> tuple[float, bytes]:
+    started = time.monotonic()
+    response = httpx.post(f"{url}/v1/chat/completions", content=cassette.request_body, timeout=10)
+    assert response.status_code == 200
+    return time.monotonic() - started, response.content
+
+
+def test_replay_timing_keeps_the_recorded_pace(tmp_path: Path) -> None:
+    cassette = Cassette.load(RECORDINGS / "openai_no_done.json")
+    for chunk in cassette.chunks:
+        chunk.at = 0.0
+    cassette.chunks[-1].at = 0.3  # the last event comes 0.3 s after the others
+    cassette.save(tmp_path / "paced.json")
+    with serving("--replay", str(tmp_path), "--replay-timing") as url:
+        paced, body = timed_request(url, cassette)
+    with serving("--replay", str(tmp_path)) as url:
+        fast, same = timed_request(url, cassette)
+    assert paced >= 0.25
+    assert fast < 0.25
+    assert body == same == cassette.client_body
+
+
+def test_serve_record_writes_a_cassette_per_exchange(tmp_path: Path) -> None:
+    with running_fake_upstream() as (_, fake_url):
+        upstream = f"{fake_url}/v1"
+        with serving("--upstream", upstream, "--record", str(tmp_path)) as url:
+            status, _, body = raw_stream(url, "vertex_jumping_index")
+            assert status == 200
+            wait_for(lambda: len(list(tmp_path.glob("*.json"))) == 1)
+    [path] = tmp_path.glob("*.json")
+    assert path.name == "0001-vertex_jumping_index-stream-200.json"
+    cassette = Cassette.load(path)
+    assert cassette.client_body == body
+    assert upstream_bytes(cassette) == load_transcript("vertex_jumping_index").sse
+
+
+# ── unmatched requests ───────────────────────────────────────────────────────
+
+
+@pytest.fixture(scope="module")
+def corpus_proxy() -> Iterator[str]:
+    """A proxy replaying recordings/; its upstream address answers nothing."""
+    with running_proxy("http://127.0.0.1:9/v1", **{"recording.replay_dir": str(RECORDINGS)}) as p:
+        yield p
+
+
+def gemma4_request() -> dict[str, Any]:
+    return Cassette.load(RECORDINGS / "vllm_gemma4_missing_id_name.json").body_json
+
+
+def test_recorded_request_replays_and_volatile_fields_do_not_matter(corpus_proxy: str) -> None:
+    body = gemma4_request() | {"user": "someone", "metadata": {"run": "42"}}
+    response = httpx.post(f"{corpus_proxy}/v1/chat/completions", json=body, timeout=10)
+    assert response.status_code == 200
+    assert (
+        response.content
+        == Cassette.load(RECORDINGS / "vllm_gemma4_missing_id_name.json").client_body
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (lambda b: b["messages"][0].update(content="something else"), "body.messages[0].content"),
+        (lambda b: b.update(tool_choice="required"), "body.tool_choice"),
+        (lambda b: b["messages"].append({"role": "user", "content": "more"}), "body.messages[1]"),
+    ],
+    ids=["content", "tool_choice", "extra message"],
+)
+def test_unmatched_request_gets_a_502_naming_the_nearest_cassette_and_field(
+    corpus_proxy: str, change: Any, field: str
+) -> None:
+    body = gemma4_request()
+    change(body)
+    response = httpx.post(f"{corpus_proxy}/v1/chat/completions", json=body, timeout=10)
+    assert response.status_code == 502
+    error = response.json()["error"]
+    assert error["type"] == "replay_error" and error["code"] == "no_matching_cassette"
+    assert "vllm_gemma4_missing_id_name.json" in error["message"]
+    assert f"differs at {field}" in error["message"]
+
+
+def test_unmatched_request_is_an_api_error_for_the_sdk(corpus_proxy: str) -> None:
+    body = gemma4_request()
+    with pytest.raises(openai.APIStatusError) as caught:
+        sdk(corpus_proxy).chat.completions.create(
+            model=body["model"],
+            messages=[{"role": "user", "content": "not recorded"}],
+            stream=True,
+            tools=body["tools"],
+            tool_choice=body["tool_choice"],
+        )
+    assert caught.value.status_code == 502
+    assert "body.messages[0].content" in str(caught.value)

@@ -1,0 +1,64 @@
+"""Routes by model (proxy/upstream/routes.py `Router`): the first matching route wins, else the
+default upstream; every validation error names its key, and a route key read from a missing
+environment variable stops start-up.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from proxy.settings.schema import ConfigError, Settings
+from proxy.upstream.routes import Router
+
+
+def route(name: str, patterns: list[str], base_url: str, **extra) -> dict:
+    return {"name": name, "models": patterns, "base_url": base_url, **extra}
+
+
+def test_first_matching_route_wins_else_the_default() -> None:
+    settings = Settings().with_values(
+        {
+            "upstream.base_url": "http://127.0.0.1:1/default",
+            "routes": [
+                route("kimi", ["kimi-*", "moonshot*"], "https://api.moonshot.ai/v1"),
+                route("any-k", ["k*"], "http://127.0.0.1:2/v1"),
+            ],
+        }
+    )
+    router = Router(settings, {})
+    assert router.route_for("kimi-k2").name == "kimi"
+    assert router.route_for("k3").name == "any-k"
+    assert router.route_for("gemini-3-pro").name == "default"
+    assert router.route_for(None).name == "default"
+    assert router.route_for("kimi-k2").profile("kimi-k2").name == "kimi"
+    # A host that says nothing gets the evidence profile, whatever the model's name.
+    assert router.route_for("gemini-3-pro").profile("gemini-3-pro").name == "generic"
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"routes": [route("", ["a"], "http://x")]}, "routes[0].name"),
+        ({"routes": [route("a", ["a"], "http://x"), route("a", ["b"], "http://y")]}, "unique"),
+        ({"routes": [route("a", ["a"], "nope")]}, "routes[0].base_url"),
+        ({"routes": [route("a", ["a"], "http://x", profile="bard")]}, "routes[0].profile"),
+        ({"routes": [route("a", ["a"], "http://x", timeout=3)]}, "routes[0].timeout: unknown"),
+        ({"routes": {"a": 1}}, "routes: must be a list"),
+        ({"server.port": 70000}, "server.port"),
+        ({"server.log_format": "xml"}, "server.log_format"),
+        ({"signatures.store": "mongodb://x"}, "signatures.store"),
+        ({"signatures.on_missing": "guess"}, "signatures.on_missing"),
+        ({"recording.record_dir": "a", "recording.replay_dir": "b"}, "recording.record_dir"),
+    ],
+)
+def test_every_validation_error_names_its_key(values: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        Settings().with_values(values)
+
+
+def test_route_key_from_a_missing_environment_variable_stops_start_up() -> None:
+    settings = Settings().with_values({"upstream.api_key_env": "STREAMFIX_TEST_MISSING_KEY"})
+    with pytest.raises(ConfigError, match=r"upstream\.api_key_env"):
+        Router(settings, {})
