@@ -31,6 +31,9 @@ class Exchange:
     request: dict[str, Any] = field(default_factory=dict)
     """The chat-completion request body as forwarded upstream."""
     route: str = "default"
+    method: str = "POST"
+    path: str = "/v1/chat/completions"
+    """The client's method and (normalised) path, so a log line tells a chat from `/v1/models`."""
     profile: ProviderProfile = PROFILES["generic"]
     """What the upstream of this request needs, decided once, before the stream starts."""
     scope: ReceiptScope = field(default_factory=lambda: ReceiptScope(None, "none"))
@@ -40,10 +43,17 @@ class Exchange:
     """Repairs applied and anomalies seen, by kind; summed into metrics and the log line."""
     client_copy: ClientCopy | None = None
     """Set by a recording transport when the request goes upstream; delivery fills it."""
+    debug: bool = False
+    """The client asked (`x-streamfix-debug: 1`) for the stream's repairs in an SSE comment."""
 
     def count(self, kind: str, amount: int = 1) -> None:
         if amount:
             self.repairs[kind] += amount
+
+    def summary(self) -> str:
+        """The repairs so far as `kind:count,…` in kind order, or `none`: one spelling for the
+        log line, the `x-streamfix-repairs` header and the debug comment."""
+        return ",".join(f"{kind}:{n}" for kind, n in sorted(self.repairs.items())) or "none"
 
     def note(self, kind: str, message: str, *args: Any) -> None:
         """Count `kind` and log why, tagged with the request id."""

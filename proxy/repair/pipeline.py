@@ -164,20 +164,24 @@ async def repaired_stream(
     failures: tuple[type[Exception], ...],
     on_abort: Callable[[Exception], bytes],
     count: Count = _uncounted,
+    trailer: Callable[[], bytes] = bytes,
 ) -> AsyncIterator[bytes]:
     """Decode the upstream SSE body, repair it, and encode it for the client.
 
     An exception of a `failures` type while reading (the upstream broke off, an event grew too
     large) ends the stream with the bytes of `on_abort(exc)`, and without `[DONE]`. `count`
-    books what the stream itself showed (`upstream_error_event`, `events_split`).
+    books what the stream itself showed (`upstream_error_event`, `events_split`, `done_added`).
+    `trailer()` gives bytes to send after the closing chunks and before `[DONE]` (an SSE comment
+    listing the repairs, when the client asked for it).
     """
     errored = False
+    done_seen = False
 
     def emit(items: list[tuple[Chunk, bytes | None]]) -> bytes:
         return b"".join(raw if raw is not None else encode(chunk) for chunk, raw in items)
 
     def process(events: list[SSEEvent]) -> bytes:
-        nonlocal errored
+        nonlocal errored, done_seen
         out = []
         for event in events:
             if errored:
@@ -196,6 +200,8 @@ async def repaired_stream(
                     out.append(emit(items))
             elif not _is_done(event):  # [DONE] goes out once, after the closing chunks
                 out.append(event.raw)
+            else:
+                done_seen = True
         return b"".join(out) if len(out) != 1 else out[0]
 
     try:
@@ -212,4 +218,7 @@ async def repaired_stream(
         if tail:
             yield tail
         return
-    yield tail + emit(await chain.on_end()) + DONE
+    closing = emit(await chain.on_end())
+    if not done_seen:
+        count("done_added", 1)  # a clean end without it: clients waiting for it get one
+    yield tail + closing + trailer() + DONE

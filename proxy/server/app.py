@@ -24,11 +24,12 @@ from proxy.server.asgi import StreamfixApp, http_error, internal_error
 from proxy.server.auth import is_allowed
 from proxy.server.body_limits import BodyBudget
 from proxy.server.chat_request import model_of, parse_chat_request, read_body
-from proxy.server.delivery import relay, repaired_json, repaired_sse
+from proxy.server.delivery import relay, repaired_json, repaired_sse, repairs_header
 from proxy.server.errors import ClientError, error_response
 from proxy.server.logs import EXCHANGE, quiet_client_loggers
 from proxy.server.metrics import CONTENT_TYPE, Metrics
 from proxy.server.paths import UnsafePath, checked_relative
+from proxy.server.startup import startup_line
 from proxy.settings.schema import ConfigError, Settings
 from proxy.settings.values import parse_keys
 from proxy.upstream.body_decoding import decoder_for
@@ -39,6 +40,7 @@ from proxy.upstream.http1 import RETRIED
 from proxy.upstream.routes import Router, UpstreamRoute, upstream_url, without_credential_parameters
 from proxy.upstream.transports import upstream_transport
 from proxy.wire import json_codec
+from proxy.wire.credentials import masked_url
 
 CHAT_PATH = b"chat/completions"
 
@@ -74,6 +76,13 @@ class Proxy:
 
     @asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        logger.info("%s", startup_line(self.settings, self.router, bool(self.proxy_keys)))
+        if not await self.store.ping():
+            logger.warning(
+                "receipt store %s is unreachable: requests go through, but receipts are neither "
+                "kept nor put back until it answers",
+                masked_url(self.settings.receipts.store),
+            )
         self.started = True
         try:
             yield
@@ -101,9 +110,12 @@ class Proxy:
         request_id = request.headers.get("x-request-id") or new_request_id()
         try:
             raw = await self._admitted_body(request)
+        except ClientError as exc:
+            return self._refused(exc, request, request_id)
+        try:
             body = parse_chat_request(raw)
         except ClientError as exc:
-            return self._refused(exc, request_id)
+            return self._refused(exc, request, request_id, model_of(raw))
         route = self.router.route_for(body.get("model"))
         renamed = bool(route.upstream.model) and body.get("model") != route.upstream.model
         if renamed:
@@ -117,8 +129,7 @@ class Proxy:
         content = json_codec.dumps(body) if changed else raw
         upstream = await self._send(request, route, CHAT_PATH, content, exchange)
         if isinstance(upstream, Response):
-            self._finished(exchange, upstream.status_code)
-            return upstream
+            return self._failed(exchange, upstream)
         status = upstream.status_code
         is_sse = upstream.headers.get("content-type", "").startswith("text/event-stream")
         decoder = decoder_for(upstream.headers.get("content-encoding", ""))
@@ -156,17 +167,24 @@ class Proxy:
         try:
             raw = await self._admitted_body(request)
         except ClientError as exc:
-            return self._refused(exc, request_id)
-        route = self.router.route_for(model_of(raw))
-        exchange = Exchange(request_id=request_id, route=route.name)
+            return self._refused(exc, request, request_id)
+        model = model_of(raw)
+        route = self.router.route_for(model)
+        exchange = Exchange(
+            request_id=request_id,
+            request={"model": model} if model is not None else {},
+            route=route.name,
+            method=request.method,
+            path=request.url.path,
+        )
         try:
             path = checked_relative(_after_first_segment(request.scope))
         except UnsafePath as exc:
-            return self._refused(ClientError(400, str(exc), "invalid_path"), request_id)
+            error = ClientError(400, str(exc), "invalid_path")
+            return self._refused(error, request, request_id, model)
         upstream = await self._send(request, route, path, raw, exchange)
         if isinstance(upstream, Response):
-            self._finished(exchange, upstream.status_code)
-            return upstream
+            return self._failed(exchange, upstream)
         headers = self._client_headers(upstream, request_id, decoded=False)
         status = upstream.status_code
         return relay(upstream, exchange, headers, lambda: self._finished(exchange, status))
@@ -176,11 +194,25 @@ class Proxy:
         self._authorize(request)
         return await read_body(request, self.settings.server, self.body_budget)
 
-    def _refused(self, error: ClientError, request_id: str) -> Response:
-        """A request refused before anything went upstream: logged and counted like the rest."""
-        self._finished(Exchange(request_id=request_id, route="-"), error.status)
-        response = error.response()
-        response.headers["x-request-id"] = request_id
+    def _refused(
+        self, error: ClientError, request: Request, request_id: str, model: object = None
+    ) -> Response:
+        """A request refused before anything went upstream: logged and counted like the rest,
+        with its model when the body named one."""
+        exchange = Exchange(
+            request_id=request_id,
+            request={"model": model} if model is not None else {},
+            route="-",
+            method=request.method,
+            path=request.url.path,
+        )
+        return self._failed(exchange, error.response())
+
+    def _failed(self, exchange: Exchange, response: Response) -> Response:
+        """The proxy's own error response for an exchange: booked, and headed like the rest."""
+        self._finished(exchange, response.status_code)
+        response.headers["x-request-id"] = exchange.request_id
+        response.raw_headers.append(repairs_header(exchange))
         return response
 
     def _authorize(self, request: Request) -> None:
@@ -202,8 +234,11 @@ class Proxy:
             request_id=request_id,
             request=body,
             route=route.name,
+            method=request.method,
+            path=request.url.path,
             profile=route.profile(body.get("model")),
             scope=ReceiptScope(tenant, route.identity),
+            debug=request.headers.get("x-streamfix-debug") == "1",
         )
 
     async def _send(
@@ -281,9 +316,10 @@ class Proxy:
         self.metrics.record(exchange.route, status, duration, exchange.repairs)
         if not logger.isEnabledFor(logging.INFO):
             return
-        repairs = ",".join(f"{kind}:{n}" for kind, n in sorted(exchange.repairs.items()))
         fields = {
             "request_id": exchange.request_id,
+            "method": exchange.method,
+            "path": exchange.path,
             "route": exchange.route,
             "model": exchange.request.get("model"),
             "profile": exchange.profile.name,
@@ -292,13 +328,15 @@ class Proxy:
             "repairs": dict(exchange.repairs),
         }
         logger.info(
-            "[%s] route=%s model=%s status=%d duration=%.3fs repairs=%s",
+            "[%s] %s %s route=%s model=%s status=%d duration=%.3fs repairs=%s",
             exchange.request_id,
+            exchange.method,
+            exchange.path,
             exchange.route,
             fields["model"],
             status,
             duration,
-            repairs or "-",
+            exchange.summary() if exchange.repairs else "-",
             extra={EXCHANGE: fields},
         )
 

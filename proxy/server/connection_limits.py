@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import http
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -50,6 +51,8 @@ class ClientLimitsProtocol(HttpToolsProtocol):
         _loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         super().__init__(config, server_state, app_state, _loop)
+        # uvicorn's protocol logs as "uvicorn.error", which reads as an error of the proxy's.
+        self.logger = logging.getLogger(__name__)
         limits: ServerSettings = getattr(config, "client_limits", None) or ServerSettings()
         self._header_timeout = limits.header_timeout_seconds
         self._max_header_bytes = limits.max_header_bytes

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 
 import httpx
 from starlette.responses import Response
@@ -18,24 +18,35 @@ from proxy.wire import json_codec
 from proxy.wire.limits import LimitExceeded
 from proxy.wire.sse import SSEDecoder
 
-Headers = RawHeaders | Mapping[str, str]
-
 # A repaired stream must reach the client unbuffered and uncached, whatever the upstream said.
 SSE_HEADERS = [(b"cache-control", b"no-store"), (b"x-accel-buffering", b"no")]
 _SSE_NAMES = {name for name, _ in SSE_HEADERS}
 
 OnClose = Callable[[], None]
 
+REPAIRS_HEADER = b"x-streamfix-repairs"
+"""On every exchange's response: the repairs known when its head is sent (all of them for a
+non-streamed body; the request side's for a stream, whose own follow in the debug comment)."""
+
+
+def repairs_header(exchange: Exchange) -> tuple[bytes, bytes]:
+    return (REPAIRS_HEADER, exchange.summary().encode())
+
+
+def repairs_comment(exchange: Exchange) -> bytes:
+    """An SSE comment every client parser skips: the stream's repairs, for a client that asked."""
+    return b": streamfix-repairs " + exchange.summary().encode() + b"\n\n"
+
 
 def relay(
-    upstream: httpx.Response, exchange: Exchange, headers: Headers, on_close: OnClose
+    upstream: httpx.Response, exchange: Exchange, headers: RawHeaders, on_close: OnClose
 ) -> Response:
     """Errors, non-SSE bodies and other paths: the upstream's bytes as they come, undecoded
     (their `Content-Encoding` travels with them)."""
     return StreamedResponse(
         _Closing(upstream, raw_body(upstream), exchange, on_close),
         status_code=upstream.status_code,
-        headers=headers,
+        headers=[*headers, repairs_header(exchange)],
     )
 
 
@@ -63,11 +74,13 @@ def repaired_sse(
         (httpx.HTTPError, LimitExceeded),
         abort,
         exchange.count,
+        (lambda: repairs_comment(exchange)) if exchange.debug else bytes,
     )
+    kept = [f for f in headers if f[0].lower() not in _SSE_NAMES]
     return StreamedResponse(
         _Closing(upstream, stream, exchange, on_close),
         status_code=upstream.status_code,
-        headers=[*(f for f in headers if f[0].lower() not in _SSE_NAMES), *SSE_HEADERS],
+        headers=[*kept, *SSE_HEADERS, repairs_header(exchange)],
         media_type="text/event-stream",
     )
 
@@ -104,7 +117,7 @@ async def repaired_json(
         exchange.client_copy.sent(raw)
         await exchange.client_copy.save()
     response = Response(raw, status_code=upstream.status_code)
-    response.raw_headers.extend(headers)
+    response.raw_headers.extend([*headers, repairs_header(exchange)])
     return response
 
 

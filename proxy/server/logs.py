@@ -69,9 +69,23 @@ def quiet_client_loggers() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
+# uvicorn logs its start-up, shutdown and protocol messages under "uvicorn.error", whatever
+# their level: an operator reading "uvicorn.error Started server process" looks for an error.
+SERVER_LOGGER_NAMES = {"uvicorn.error": "proxy.server.serving", "uvicorn": "proxy.server.serving"}
+
+
+class OwnLoggerNames(logging.Filter):
+    """Shows the server's records under the proxy's own logger names."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.name = SERVER_LOGGER_NAMES.get(record.name, record.name)
+        return True
+
+
 def configure_logging(level: str = "info", fmt: str = "text") -> None:
     quiet_client_loggers()
     handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(OwnLoggerNames())
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:

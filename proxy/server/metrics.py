@@ -32,8 +32,8 @@ class Metrics:
         )
         self.repairs = Counter(
             "streamfix_repairs",
-            "Repairs applied and anomalies seen, by kind",
-            ["kind"],
+            "Repairs applied and anomalies seen, by kind and route",
+            ["kind", "route"],
             registry=registry,
         )
         self.signatures = Counter(
@@ -67,7 +67,7 @@ class Metrics:
         self.requests.labels(route, str(status)).inc()
         self.duration.labels(route).observe(duration)
         for kind, amount in counts.items():
-            self.repairs.labels(kind).inc(amount)
+            self.repairs.labels(kind, route).inc(amount)
             if event := SIGNATURE_EVENTS.get(kind):
                 self.signatures.labels(event).inc(amount)
 

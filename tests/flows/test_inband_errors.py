@@ -122,7 +122,11 @@ def streamed(base_url: str, name: str) -> bytes:
 
 def upstream_errors(proxy: str) -> float:
     text = httpx.get(f"{proxy}/metrics", timeout=10).text
-    match = re.search(r'^streamfix_repairs_total\{kind="upstream_error_event"\} (\S+)$', text, re.M)
+    match = re.search(
+        r'^streamfix_repairs_total\{kind="upstream_error_event",route="default"\} (\S+)$',
+        text,
+        re.M,
+    )
     return float(match.group(1)) if match else 0.0
 
 

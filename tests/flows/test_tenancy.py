@@ -134,7 +134,7 @@ def test_a_request_without_credential_gets_and_leaves_no_receipts(stream: bool) 
         assert fake.issued_log[-1].signature
         assert second.follow_up(fake, call) == DUMMY_SIGNATURE  # nothing put back...
         assert first.follow_up(fake, call) == DUMMY_SIGNATURE  # ...to anyone: none was kept
-        kind = 'kind="receipts_skipped_no_credential"'
+        kind = 'kind="receipts_skipped_no_credential",route="default"'
         assert repairs_metric(proxy, "streamfix_repairs_total", kind) == 3  # once per exchange
         captured = repairs_metric(proxy, "streamfix_signatures_total", 'event="captured"')
         assert captured == 0

@@ -296,7 +296,7 @@ def test_an_encoding_the_proxy_does_not_decode_is_relayed_with_its_header() -> N
         metrics = httpx.get(f"{proxy}/metrics", timeout=TIMEOUT).text
     assert response.headers["content-encoding"] == "br"
     assert raw == opaque
-    assert 'streamfix_repairs_total{kind="unrepaired_encoding"} 1.0' in metrics
+    assert 'streamfix_repairs_total{kind="unrepaired_encoding",route="default"} 1.0' in metrics
 
 
 def test_tool_call_fragments_past_the_budget_end_the_stream_with_an_error() -> None:

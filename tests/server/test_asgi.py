@@ -111,7 +111,7 @@ async def test_a_stream_ended_before_its_first_byte_still_closes_the_upstream_an
     upstream = httpx.Response(
         200, headers={"content-type": "text/event-stream"}, stream=UpstreamBody()
     )
-    response = relay(upstream, Exchange("test"), {}, lambda: booked.append(True))
+    response = relay(upstream, Exchange("test"), [], lambda: booked.append(True))
 
     async def send(message) -> None:
         if message["type"] == "http.response.start":

@@ -49,11 +49,16 @@ def test_metrics_count_a_repaired_gemini_stream() -> None:
         metric(after, "streamfix_requests_total", **labels)
         == metric(before, "streamfix_requests_total", **labels) + 1
     )
-    assert metric(after, "streamfix_repairs_total", kind="tool_call_id_generated") == 1
+    assert (
+        metric(after, "streamfix_repairs_total", kind="tool_call_id_generated", route="default")
+        == 1
+    )
     assert metric(after, "streamfix_signatures_total", event="captured") == 1
     # Every receipt kind is counted alike by kind (DeepSeek's reasoning_content was, Google's
     # signatures were not); Google's keep their by-event metric beside it.
-    assert metric(after, "streamfix_repairs_total", kind="signatures_captured") == 1
+    assert (
+        metric(after, "streamfix_repairs_total", kind="signatures_captured", route="default") == 1
+    )
     assert metric(after, "streamfix_active_streams") == 0
     assert metric(after, "streamfix_upstream_ttfb_seconds_count", route="default") == 1
     assert metric(after, "streamfix_upstream_duration_seconds_count", route="default") == 1

@@ -159,7 +159,8 @@ def _post(base_url: str, body: dict[str, Any], key: str = "k") -> httpx.Response
 
 def _metric(proxy_root: str, kind: str) -> float:
     text = httpx.get(f"{proxy_root}/metrics", timeout=10).text
-    match = re.search(rf'^streamfix_repairs_total\{{kind="{kind}"\}} (\S+)$', text, re.M)
+    pattern = rf'^streamfix_repairs_total\{{kind="{kind}",route="default"\}} (\S+)$'
+    match = re.search(pattern, text, re.M)
     return float(match.group(1)) if match else 0.0
 
 

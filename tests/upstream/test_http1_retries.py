@@ -385,13 +385,20 @@ def test_a_get_retried_by_the_transport_is_counted_and_logged(caplog) -> None:
         KeepAliveUpstream(upstream_script) as upstream,
         running_proxy(f"{upstream.url}/v1") as proxy,
         httpx.Client(timeout=10) as client,
-        caplog.at_level(logging.WARNING, logger="proxy"),
+        caplog.at_level(logging.INFO, logger="proxy"),
     ):
-        assert client.get(f"{proxy}/v1/models").status_code == 200
-        assert client.get(f"{proxy}/v1/models").status_code == 200
+        first = client.get(f"{proxy}/v1/models", headers={"x-request-id": "rq-first"})
+        second = client.get(f"{proxy}/v1/models", headers={"x-request-id": "rq-retried"})
+        assert (first.status_code, second.status_code) == (200, 200)
         metrics = client.get(f"{proxy}/metrics").text
     assert sent(upstream) == [(0, 0, "GET"), (0, 1, "GET"), (1, 0, "GET")]
-    assert 'streamfix_repairs_total{kind="upstream_retried"} 1.0' in metrics
-    [line] = [r.getMessage() for r in caplog.records if "upstream_retried" in r.getMessage()]
-    assert "closed a reused connection without a byte of response" in line
-    assert "GET is idempotent" in line
+    assert 'streamfix_repairs_total{kind="upstream_retried",route="default"} 1.0' in metrics
+    assert first.headers["x-streamfix-repairs"] == "none"
+    assert second.headers["x-streamfix-repairs"] == "upstream_retried:1"
+    messages = [r.getMessage() for r in caplog.records]
+    [line] = [
+        m for m in messages if "upstream_retried" in m and "rq-retried" in m and "GET /v1" in m
+    ]
+    assert "repairs=upstream_retried:1" in line  # the exchange's own line
+    [warning] = [m for m in messages if "closed a reused connection" in m]
+    assert "without a byte of response" in warning and "GET is idempotent" in warning

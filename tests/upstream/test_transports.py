@@ -77,7 +77,7 @@ def test_a_retry_the_transport_made_is_counted_and_logged(caplog) -> None:
     assert response.status_code == 200
     assert response.content.endswith(b"data: [DONE]\n\n")
     assert transport.sent == 1
-    assert 'streamfix_repairs_total{kind="upstream_retried"} 1.0' in metrics
+    assert 'streamfix_repairs_total{kind="upstream_retried",route="default"} 1.0' in metrics
     assert any(reason in record.getMessage() for record in caplog.records)
 
 

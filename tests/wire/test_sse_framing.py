@@ -157,7 +157,9 @@ def completion(base_url: str, name: str) -> openai.types.chat.ParsedChatCompleti
 
 def events_split(proxy: str) -> float:
     text = httpx.get(f"{proxy}/metrics", timeout=10).text
-    match = re.search(r'^streamfix_repairs_total\{kind="events_split"\} (\S+)$', text, re.M)
+    match = re.search(
+        r'^streamfix_repairs_total\{kind="events_split",route="default"\} (\S+)$', text, re.M
+    )
     return float(match.group(1)) if match else 0.0
 
 

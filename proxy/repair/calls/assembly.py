@@ -8,6 +8,7 @@ tests/transcripts/).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +16,12 @@ import orjson
 
 from proxy.wire.json_shapes import integer, objects_in
 from proxy.wire.limits import LimitExceeded
+
+Count = Callable[[str, int], None]
+
+
+def _uncounted(kind: str, amount: int) -> None:
+    """The default `count`: an assembler used on its own, with no exchange to book on."""
 
 
 @dataclass(slots=True)
@@ -30,6 +37,10 @@ class ToolCall:
     sent_fragments: int = 0
     sent_extra_content: dict[str, Any] | None = None
     upstream_indexes: set[int] = field(default_factory=set)
+    entries: int = 0
+    """Delta entries merged into it: more than one means the client gets it assembled."""
+    typed: bool = False
+    """An entry said `"type": "function"` (Gemini and vLLM often say nothing)."""
 
     @property
     def arguments(self) -> str:
@@ -49,6 +60,8 @@ class ToolCall:
     def merge(self, entry: dict[str, Any]) -> int:
         """Take one delta entry; return the bytes of arguments it added."""
         added = 0
+        self.entries += 1
+        self.typed |= entry.get("type") == "function"
         if self.id is None and _nonempty_str(entry.get("id")):
             self.id = entry["id"]
         function = entry.get("function")
@@ -97,8 +110,9 @@ class AssemblyBudget:
 class CallAssembler:
     """The calls of one choice, built up from delta entries in arrival order."""
 
-    def __init__(self, budget: AssemblyBudget | None = None) -> None:
+    def __init__(self, budget: AssemblyBudget | None = None, count: Count = _uncounted) -> None:
         self._budget = budget or AssemblyBudget(None)
+        self._count = count
         self.calls: list[ToolCall] = []
         self._by_id: dict[str, ToolCall] = {}
         self._by_upstream_index: dict[int, ToolCall] = {}
@@ -128,6 +142,8 @@ class CallAssembler:
             known = self._by_id.get(call_id)
             if known is None or _reuses_id(entry, index, known):
                 return self._open(entry)
+            if index is not None and index not in known.upstream_indexes:
+                self._count("tool_call_index_change_merged", 1)
             return known
         if index is not None:
             return self._by_upstream_index.get(index) or self._open(entry)

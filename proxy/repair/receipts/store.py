@@ -33,10 +33,13 @@ class ReceiptStore(Protocol):
 
     async def get_many(self, keys: list[str]) -> dict[str, Receipt]: ...
 
-    async def put_many(self, items: dict[str, Receipt]) -> None: ...
+    async def put_many(self, items: dict[str, Receipt]) -> bool:
+        """Store; False when the backend failed (logged and counted in `errors`)."""
+        ...
 
-    def put_later(self, items: dict[str, Receipt]) -> None:
-        """Store without waiting: the write outlives the request that made it."""
+    def put_later(self, items: dict[str, Receipt]) -> asyncio.Future[bool]:
+        """Store in the background: the write outlives the request that made it, and whoever
+        wants the outcome (was it stored?) can wait for the future without cancelling it."""
         ...
 
     async def ping(self) -> bool: ...
@@ -86,8 +89,9 @@ class MemoryStore:
             found[key] = orjson.loads(value)
         return found
 
-    async def put_many(self, items: dict[str, Receipt]) -> None:
+    async def put_many(self, items: dict[str, Receipt]) -> bool:
         self._put(items)
+        return True
 
     def _put(self, items: dict[str, Receipt]) -> None:
         expires = self._clock() + self.ttl_seconds
@@ -109,8 +113,11 @@ class MemoryStore:
     def _drop(self, key: str) -> None:
         self.total_bytes -= self._entries.pop(key)[2]
 
-    def put_later(self, items: dict[str, Receipt]) -> None:
+    def put_later(self, items: dict[str, Receipt]) -> asyncio.Future[bool]:
         self._put(items)  # in-process: nothing to wait for
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(True)
+        return done
 
     async def ping(self) -> bool:
         return True
@@ -148,7 +155,7 @@ class RedisStore:
             health_check_interval=0,
         )
         self._errors_types: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
-        self._pending: set[asyncio.Task[None]] = set()
+        self._pending: set[asyncio.Task[bool]] = set()
         # Writes handed over but not yet acknowledged: this process reads its own writes even
         # when a fast client's follow-up arrives before Redis has them.
         self._in_flight: dict[str, Receipt] = {}
@@ -171,9 +178,9 @@ class RedisStore:
                     logger.warning("receipt store: unreadable value under %s", key)
         return found
 
-    async def put_many(self, items: dict[str, Receipt]) -> None:
+    async def put_many(self, items: dict[str, Receipt]) -> bool:
         if not items:
-            return
+            return True
         try:
             async with self._client.pipeline(transaction=False) as pipe:
                 for key, value in items.items():
@@ -181,16 +188,19 @@ class RedisStore:
                 await pipe.execute()
         except self._errors_types as exc:
             self._failed("write", exc)
+            return False
+        return True
 
-    def put_later(self, items: dict[str, Receipt]) -> None:
+    def put_later(self, items: dict[str, Receipt]) -> asyncio.Future[bool]:
         self._in_flight.update(items)
         task = asyncio.get_running_loop().create_task(self._put_in_flight(items))
         self._pending.add(task)  # a reference, or the loop may drop the task mid-write
         task.add_done_callback(self._pending.discard)
+        return task
 
-    async def _put_in_flight(self, items: dict[str, Receipt]) -> None:
+    async def _put_in_flight(self, items: dict[str, Receipt]) -> bool:
         try:
-            await self.put_many(items)
+            return await self.put_many(items)
         finally:
             for key, value in items.items():
                 if self._in_flight.get(key) is value:  # not replaced by a newer write

@@ -40,7 +40,7 @@ def default_repairs(settings: Settings, exchange: Exchange, store: ReceiptStore)
             max_buffered_bytes=settings.tool_calls.max_buffered_bytes,
         ),
         ReusedCallIdRepair(exchange),
-        FinishReasonRepair(),
+        FinishReasonRepair(exchange),
         SingleRoleRepair(exchange),
         ReceiptRepair(
             exchange,

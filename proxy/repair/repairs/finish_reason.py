@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.repair.chunks import choice_index, choices_of, envelope, new_chunk
+from proxy.repair.exchange import Exchange
 from proxy.repair.pipeline import Chunk, Repair
 
 
@@ -21,7 +22,8 @@ class FinishReasonRepair(Repair):
     `minimax_duplicated_finish`, `snowflake_null_tool_calls_no_finish`.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, exchange: Exchange) -> None:
+        self._exchange = exchange
         self._with_calls: set[int] = set()
         self._seen: set[int] = set()
         self._finished: set[int] = set()
@@ -32,7 +34,7 @@ class FinishReasonRepair(Repair):
         for choice in choices_of(chunk):
             index = choice_index(choice)
             if index in self._finished:
-                changed |= _quiet_after_finish(choice)
+                changed |= self._quiet_after_finish(choice)
                 continue
             self._seen.add(index)
             delta = choice.get("delta")
@@ -42,18 +44,17 @@ class FinishReasonRepair(Repair):
             if reason is None:
                 continue
             if reason == "stop" and index in self._with_calls:
-                choice["finish_reason"] = "tool_calls"
-                changed = True
+                changed = self._rewrite(choice, "tool_calls")
             elif reason == "tool_calls" and index not in self._with_calls:
                 # Every call was left out (no name could be known): nothing for the client to run.
-                choice["finish_reason"] = "stop"
-                changed = True
+                changed = self._rewrite(choice, "stop")
             self._finished.add(index)
         if not self._envelope and "choices" in chunk:
             self._envelope = envelope(chunk)
         return [chunk] if changed else None
 
     async def on_end(self) -> list[Chunk]:
+        self._exchange.count("finish_reason_added", len(self._seen - self._finished))
         return [
             new_chunk(
                 self._envelope,
@@ -71,26 +72,36 @@ class FinishReasonRepair(Repair):
         for choice in choices_of(body):
             message = choice.get("message")
             has_calls = isinstance(message, dict) and bool(message.get("tool_calls"))
-            if has_calls and choice.get("finish_reason") in ("stop", None):
+            if has_calls and choice.get("finish_reason") is None:
                 choice["finish_reason"] = "tool_calls"
+                self._exchange.count("finish_reason_added")
                 changed = True
+            elif has_calls and choice.get("finish_reason") == "stop":
+                changed |= self._rewrite(choice, "tool_calls")
         return changed
 
+    def _rewrite(self, choice: dict[str, Any], reason: str) -> bool:
+        choice["finish_reason"] = reason
+        self._exchange.count("finish_reason_rewritten")
+        return True
 
-def _quiet_after_finish(choice: dict[str, Any]) -> bool:
-    """A choice already finished: a second finish goes (MiniMax repeats the finish chunk, the
-    second time with usage), and so does a delta that says nothing (`content: ""`, `role`: what
-    OpenRouter and MiniMax put on the usage chunk after the finish). The chunk itself stays, for
-    its usage. Real content after a finish is not ours to drop: it goes on as received."""
-    changed = False
-    if choice.get("finish_reason") is not None:
-        choice["finish_reason"] = None
-        changed = True
-    delta = choice.get("delta")
-    if isinstance(delta, dict) and delta and all(_says_nothing(k, v) for k, v in delta.items()):
-        choice["delta"] = {}
-        changed = True
-    return changed
+    def _quiet_after_finish(self, choice: dict[str, Any]) -> bool:
+        """A choice already finished: a second finish goes (MiniMax repeats the finish chunk,
+        the second time with usage), and so does a delta that says nothing (`content: ""`,
+        `role`: what OpenRouter and MiniMax put on the usage chunk after the finish). The chunk
+        itself stays, for its usage. Real content after a finish is not ours to drop: it goes
+        on as received."""
+        changed = False
+        if choice.get("finish_reason") is not None:
+            choice["finish_reason"] = None
+            self._exchange.count("finish_reason_repeated_dropped")
+            changed = True
+        delta = choice.get("delta")
+        if isinstance(delta, dict) and delta and all(_says_nothing(k, v) for k, v in delta.items()):
+            choice["delta"] = {}
+            self._exchange.count("after_finish_delta_emptied")
+            changed = True
+        return changed
 
 
 def _says_nothing(key: str, value: Any) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections import defaultdict
 from typing import Any
 
@@ -127,7 +128,7 @@ class ReceiptRepair(Repair):
                 self._exchange.note("receipt_too_large", "not keeping an oversized receipt")
                 continue  # past max_value_bytes while it streamed: dropped then, not stored
             self._capture(named, {b.rule.path: b.value() for b in builders})
-        self._save(self._captured)
+        await self._save(self._captured)
         return []
 
     async def on_response(self, body: dict[str, Any]) -> bool:
@@ -145,7 +146,7 @@ class ReceiptRepair(Repair):
             for builder in builders:
                 builder.feed(message)
             self._capture_message(message, {b.rule.path: b.value() for b in builders})
-        self._save(self._captured)
+        await self._save(self._captured)
         return False
 
     def _observe(self, index: int, delta: dict[str, Any]) -> None:
@@ -193,15 +194,19 @@ class ReceiptRepair(Repair):
         messages = self._exchange.request.get("messages")
         return injection.last_user_text(messages if isinstance(messages, list) else [])
 
-    def _save(self, items: dict[str, dict[str, Any]]) -> None:
+    async def _save(self, items: dict[str, dict[str, Any]]) -> None:
+        """Hand the receipts to the store, and count them captured once it has them: a write
+        that failed is not a capture. The wait is shielded, so a client leaving now does not
+        cancel the write (its follow-up may still come from elsewhere)."""
         kept = {}
         for key, receipt in items.items():
             if len(orjson.dumps(receipt)) > self._max_value_bytes:
                 self._exchange.note("receipt_too_large", "not storing an oversized receipt")
                 continue
             kept[self._scope.key(key)] = receipt
-        if kept:
-            self._store.put_later(kept)
+        if kept and not await asyncio.shield(self._store.put_later(kept)):
+            self._exchange.note("receipts_not_stored", "%d lost: the store failed", len(kept))
+        elif kept:
             for receipt in kept.values():
                 for kind in {r.kind for r in self._profile.receipts if get_path(receipt, r.path)}:
                     self._exchange.count(f"{kind}_captured")

@@ -40,6 +40,7 @@ class SingleRoleRepair(Repair):
             if index in self._started:
                 if "role" in delta:
                     del delta["role"]
+                    self._exchange.count("role_repeated_dropped")
                     changed = True
                 continue
             self._started.add(index)
@@ -50,4 +51,7 @@ class SingleRoleRepair(Repair):
                 changed = True
         if not changed:
             return None
-        return [] if says_nothing(chunk) else [chunk]
+        if says_nothing(chunk):
+            self._exchange.count("empty_event_dropped")
+            return []
+        return [chunk]

@@ -60,6 +60,7 @@ class ToolCallRepair(Repair):
         if not changed:
             return None
         self._envelope = envelope(chunk)
+        # A chunk left empty once its fragments are taken goes too: they go out with their call.
         return before + without_empty_choices(chunk)
 
     async def on_end(self) -> list[Chunk]:
@@ -91,7 +92,10 @@ class ToolCallRepair(Repair):
         if not isinstance(entries, list) or not entries:
             return
         index = choice_index(choice)
-        touched = self._choices.setdefault(index, CallAssembler(self._budget)).add(entries)
+        assembler = self._choices.get(index)
+        if assembler is None:
+            assembler = self._choices[index] = CallAssembler(self._budget, self._exchange.count)
+        touched = assembler.add(entries)
         if self._incremental:
             out = [entry for call in touched if (entry := self._incremental_entry(index, call))]
             if out:
@@ -181,6 +185,7 @@ class ToolCallRepair(Repair):
         if call.id is None:
             call.id = self._seeded_id(choice, call.index, name, call.arguments)
             self._exchange.count("tool_call_id_generated")
+        self._count_identity(call)
         entry: dict[str, Any] = {
             "index": call.index,
             "id": call.id,
@@ -193,6 +198,18 @@ class ToolCallRepair(Repair):
         call.sent_fragments = len(call.fragments)
         call.sent_extra_content = call.extra_content
         return entry
+
+    def _count_identity(self, call: ToolCall) -> None:
+        """What the client gets that the upstream did not say: an index (none, or another
+        number), a type, and in atomic mode one whole call where several deltas came."""
+        if not call.upstream_indexes:
+            self._exchange.count("tool_call_index_added")
+        elif call.index not in call.upstream_indexes:
+            self._exchange.count("tool_call_index_renumbered")
+        if not call.typed:
+            self._exchange.count("tool_call_type_added")
+        if call.entries > 1 and not self._incremental:
+            self._exchange.count("tool_call_fragments_assembled")
 
     def _complete_message_call(self, choice: dict[str, Any], position: int, call: Any) -> bool:
         """Non-streaming: give a message's call its type and id; False drops a nameless call."""
@@ -208,7 +225,10 @@ class ToolCallRepair(Repair):
                 self._exchange.note("tool_call_without_name", "left out a nameless call")
                 return False
             function["name"] = name
-        call.setdefault("type", "function")
+            self._exchange.count("tool_call_name_inferred")
+        if "type" not in call:
+            call["type"] = "function"
+            self._exchange.count("tool_call_type_added")
         if not call.get("id"):
             call["id"] = self._seeded_id(
                 choice_index(choice), position, function["name"], arguments

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 
 from proxy.repair.conformance import stream_chunks, violations
+from proxy.repair.exchange import Exchange
 from proxy.repair.repairs.finish_reason import FinishReasonRepair
 from tests.support.streams import content, finish_reasons, repair_stream, sse
 
@@ -37,29 +38,37 @@ def tool_chunk(delta: dict, finish: str | None = None, index: int = 0) -> dict:
 # ── the repair on its own ────────────────────────────────────────────────────
 
 
+def counted() -> tuple[FinishReasonRepair, Exchange]:
+    exchange = Exchange(request_id="test")
+    return FinishReasonRepair(exchange), exchange
+
+
 def test_stop_after_calls_becomes_tool_calls() -> None:
-    repair = FinishReasonRepair()
+    repair, exchange = counted()
     assert repair.on_chunk(chunk({"role": "assistant", "tool_calls": [CALL]})) is None
     (out,) = repair.on_chunk(chunk({}, "stop"))
     assert out["choices"][0]["finish_reason"] == "tool_calls"
     assert asyncio.run(repair.on_end()) == []
+    assert exchange.repairs == {"finish_reason_rewritten": 1}
 
 
 def test_tool_calls_without_any_call_becomes_stop() -> None:
-    repair = FinishReasonRepair()
+    repair, exchange = counted()
     (out,) = repair.on_chunk(chunk({"role": "assistant", "content": ""}, "tool_calls"))
     assert out["choices"][0]["finish_reason"] == "stop"
+    assert exchange.repairs == {"finish_reason_rewritten": 1}
 
 
 def test_a_correct_finish_is_left_alone() -> None:
-    repair = FinishReasonRepair()
+    repair, exchange = counted()
     assert repair.on_chunk(chunk({"role": "assistant", "content": "a"})) is None
     assert repair.on_chunk(chunk({}, "stop")) is None
     assert asyncio.run(repair.on_end()) == []
+    assert not exchange.repairs
 
 
 def test_a_missing_finish_is_supplied_at_the_end_per_choice() -> None:
-    repair = FinishReasonRepair()
+    repair, exchange = counted()
     repair.on_chunk(chunk({"role": "assistant", "tool_calls": [CALL]}))
     repair.on_chunk({**ENVELOPE, "choices": [{"index": 1, "delta": {"content": "x"}}]})
     ends = asyncio.run(repair.on_end())
@@ -68,23 +77,33 @@ def test_a_missing_finish_is_supplied_at_the_end_per_choice() -> None:
         (1, "stop"),
     ]
     assert all(c["id"] == ENVELOPE["id"] and c["choices"][0]["delta"] == {} for c in ends)
+    assert exchange.repairs == {"finish_reason_added": 2}
 
 
 def test_a_second_finish_is_emptied_and_its_chunk_kept() -> None:
-    repair = FinishReasonRepair()
+    repair, exchange = counted()
     repair.on_chunk(chunk({"role": "assistant", "content": "a"}, "stop"))
     usage = {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}
     (out,) = repair.on_chunk(chunk({"content": ""}, "stop", usage=usage))
     assert out["choices"][0] == {"index": 0, "delta": {}, "finish_reason": None}
     assert out["usage"] == usage
+    assert exchange.repairs == {
+        "finish_reason_repeated_dropped": 1,
+        "after_finish_delta_emptied": 1,
+    }
 
 
 def test_a_non_streamed_message_with_calls_finishes_with_tool_calls() -> None:
+    repair, exchange = counted()
     body = {"choices": [{"index": 0, "message": {"tool_calls": [CALL]}, "finish_reason": "stop"}]}
-    assert asyncio.run(FinishReasonRepair().on_response(body)) is True
+    assert asyncio.run(repair.on_response(body)) is True
     assert body["choices"][0]["finish_reason"] == "tool_calls"
     text = {"choices": [{"index": 0, "message": {"content": "a"}, "finish_reason": "stop"}]}
-    assert asyncio.run(FinishReasonRepair().on_response(text)) is False
+    assert asyncio.run(counted()[0].on_response(text)) is False
+    missing = {"choices": [{"index": 0, "message": {"tool_calls": [CALL]}, "finish_reason": None}]}
+    assert asyncio.run(repair.on_response(missing)) is True
+    assert missing["choices"][0]["finish_reason"] == "tool_calls"
+    assert exchange.repairs == {"finish_reason_rewritten": 1, "finish_reason_added": 1}
 
 
 # ── through the whole chain ──────────────────────────────────────────────────

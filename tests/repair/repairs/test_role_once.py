@@ -164,7 +164,9 @@ def test_directly_the_one_chunk_call_keeps_its_role_and_a_roleless_upstream_has_
 def test_the_added_role_is_counted_in_the_metrics(proxy: str) -> None:
     def role_added() -> float:
         text = httpx.get(f"{proxy}/metrics", timeout=10).text
-        match = re.search(r'^streamfix_repairs_total\{kind="role_added"\} (\S+)$', text, re.M)
+        match = re.search(
+            r'^streamfix_repairs_total\{kind="role_added",route="default"\} (\S+)$', text, re.M
+        )
         return float(match.group(1)) if match else 0.0
 
     before = role_added()
