@@ -40,6 +40,8 @@ class Exchange:
     """Repairs applied and anomalies seen, by kind; summed into metrics and the log line."""
     client_copy: ClientCopy | None = None
     """Set by a recording transport when the request goes upstream; delivery fills it."""
+    trace: Any = None
+    """The exchange's OpenTelemetry span while it runs, when tracing is on (server/tracing.py)."""
 
     def count(self, kind: str, amount: int = 1) -> None:
         if amount:
