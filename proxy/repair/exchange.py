@@ -45,6 +45,8 @@ class Exchange:
     """Set by a recording transport when the request goes upstream; delivery fills it."""
     debug: bool = False
     """The client asked (`x-streamfix-debug: 1`) for the stream's repairs in an SSE comment."""
+    trace: Any = None
+    """The exchange's OpenTelemetry span while it runs, when tracing is on (server/tracing.py)."""
 
     def count(self, kind: str, amount: int = 1) -> None:
         if amount:

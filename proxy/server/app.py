@@ -30,6 +30,7 @@ from proxy.server.logs import EXCHANGE, quiet_client_loggers
 from proxy.server.metrics import CONTENT_TYPE, Metrics
 from proxy.server.paths import UnsafePath, checked_relative
 from proxy.server.startup import startup_line
+from proxy.server.tracing import Tracing
 from proxy.settings.schema import ConfigError, Settings
 from proxy.settings.values import parse_keys
 from proxy.upstream.body_decoding import decoder_for
@@ -73,6 +74,8 @@ class Proxy:
         self.store: ReceiptStore = open_store(settings.receipts)
         self.metrics = Metrics()
         self.body_budget = BodyBudget()  # one app per process: every connection's bodies
+        # None unless OTEL_* asks for traces: each hook below is then one attribute test.
+        self.tracing = Tracing.from_environ(environ)
 
     @asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -90,6 +93,8 @@ class Proxy:
             self.started = False
             await self.transport.aclose()
             await self.store.aclose()
+            if self.tracing:
+                self.tracing.shutdown()
 
     async def healthz(self, request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -256,6 +261,11 @@ class Proxy:
             credential=route.upstream_key,
             drop_credential=drop_credential,
         )
+        if self.tracing:
+            kind = "chat" if path == CHAT_PATH else "passthrough"
+            headers = self.tracing.start(
+                exchange, kind, request.method, request.scope["headers"], headers
+            )
         query = request.scope.get("query_string", b"")
         if route.upstream_key or drop_credential:
             query = without_credential_parameters(query)
@@ -285,7 +295,10 @@ class Proxy:
             failure = error_response(status, message, "upstream_error", code)
             failure.headers["x-request-id"] = exchange.request_id
             return failure
-        self.metrics.time_to_first_byte.labels(route.name).observe(time.monotonic() - started)
+        ttfb = time.monotonic() - started
+        self.metrics.time_to_first_byte.labels(route.name).observe(ttfb)
+        if self.tracing:
+            self.tracing.first_byte(exchange, ttfb)
         return response
 
     async def _send_upstream(self, outgoing: httpx.Request, exchange: Exchange) -> httpx.Response:
@@ -314,6 +327,8 @@ class Proxy:
         """One log line per exchange, and its counts into the metrics."""
         duration = time.monotonic() - exchange.started
         self.metrics.record(exchange.route, status, duration, exchange.repairs)
+        if self.tracing:
+            self.tracing.finished(exchange, status)
         if not logger.isEnabledFor(logging.INFO):
             return
         fields = {
