@@ -37,7 +37,7 @@ def _parser() -> argparse.ArgumentParser:
     explain = commands.add_parser(
         "explain", help="show a cassette's upstream events beside the client's, with the repairs"
     )
-    explain.add_argument("path", help="a cassette, or a directory of cassettes")
+    explain.add_argument("paths", nargs="+", help="cassettes, or directories of cassettes")
     explain.add_argument("--json", action="store_true", help="a JSON document for tools")
     explain.add_argument(
         "--color",
@@ -156,7 +156,7 @@ def _explain(args: argparse.Namespace) -> int:
 
     configure_logging("error")  # the explanation is the output; repairs' notes would bury it
     settings = Settings.load(args.config, os.environ)
-    return run_explain(Path(args.path), settings, args.json, args.color)
+    return run_explain([Path(path) for path in args.paths], settings, args.json, args.color)
 
 
 def _config(args: argparse.Namespace) -> int:

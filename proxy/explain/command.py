@@ -1,4 +1,4 @@
-"""`streamfix explain PATH`: every cassette at PATH explained, to stdout."""
+"""`streamfix explain PATH...`: every cassette at the paths explained, to stdout."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 
 from proxy.explain.render import Style, to_json, to_text
-from proxy.explain.run import Unreadable, cassette_paths, explain
+from proxy.explain.run import Explanation, Unreadable, cassette_paths, explain
 from proxy.settings.schema import Settings
 
 
@@ -24,11 +24,12 @@ def colour_wanted(choice: str) -> bool:
     return bool(os.environ.get("FORCE_COLOR")) or sys.stdout.isatty()
 
 
-def run_explain(target: Path, settings: Settings, as_json: bool, colour: str) -> int:
+def run_explain(targets: list[Path], settings: Settings, as_json: bool, colour: str) -> int:
     """0 when every cassette was explained; 2, with the reason on stderr, for a path that
-    is not a cassette or a directory of them."""
+    is not a cassette or a directory of them (checked before any output)."""
     try:
-        explanations = asyncio.run(_explain_all(cassette_paths(target), settings))
+        paths = [path for target in targets for path in cassette_paths(target)]
+        explanations = asyncio.run(_explain_all(paths, settings))
     except Unreadable as exc:
         print(f"streamfix explain: {exc}", file=sys.stderr)
         return 2
@@ -40,5 +41,5 @@ def run_explain(target: Path, settings: Settings, as_json: bool, colour: str) ->
     return 0
 
 
-async def _explain_all(paths: list[Path], settings: Settings) -> list:
+async def _explain_all(paths: list[Path], settings: Settings) -> list[Explanation]:
     return [await explain(path, settings) for path in paths]
