@@ -17,7 +17,7 @@ import orjson
 from proxy.explain.attribution import AttributingChain, Label
 from proxy.explain.diff import MISSING
 from proxy.repair.exchange import Exchange
-from proxy.repair.pipeline import RepairChain, repaired_stream
+from proxy.repair.pipeline import Repair, RepairChain, repaired_stream
 from proxy.repair.receipts.store import open_store
 from proxy.repair.repairs import default_repairs
 from proxy.server.app import default_chain
@@ -261,6 +261,25 @@ def test_closing_events_are_attributed_to_the_repair_that_added_them() -> None:
     assert closing.upstream is None
     assert closing.labels == [Label("FinishReasonRepair", {}, "added")]
     assert b'"finish_reason":"stop"' in closing.client[0] and closing.client[0] in sent
+
+
+class _Broken(Repair):
+    """A repair with a bug: the chain passes its input on unrepaired and says whose it was."""
+
+    def on_chunk(self, chunk: dict[str, Any]) -> list[dict[str, Any]] | None:
+        chunk["touched"] = True
+        raise RuntimeError("bug")
+
+
+def test_a_failing_repair_is_named_and_its_input_passes_on() -> None:
+    exchange = Exchange("t")
+    chain = AttributingChain([_Broken()], exchange)
+    chunk = {"choices": [{"index": 0, "delta": {"content": "hi"}}]}
+    raw = b"data: " + orjson.dumps(chunk) + b"\n\n"
+    assert chain.on_chunk(chunk, raw) == [(chunk, raw)]  # as the plain chain does
+    [step] = chain.steps
+    assert step.labels == [Label("_Broken", {}, "failed: RuntimeError")]
+    assert step.client == [raw]
 
 
 def test_request_changes_are_attributed_to_the_repair_that_made_them() -> None:

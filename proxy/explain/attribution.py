@@ -8,6 +8,7 @@ production chain (`RepairChain`) is untouched: its hot loop pays nothing for thi
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -16,7 +17,6 @@ from typing import Any
 from proxy.explain.diff import Change, change_json, closest_changes, field_changes
 from proxy.repair.exchange import Exchange
 from proxy.repair.pipeline import Chunk, Repair, RepairChain
-from proxy.wire import json_codec
 from proxy.wire.sse import encode
 
 
@@ -75,7 +75,7 @@ class _Watched(Repair):
         return self.inner.wants_chunks()
 
     def on_chunk(self, chunk: Chunk) -> list[Chunk] | None:
-        before, copy = self._chain.snapshot(), _copy(chunk)
+        before, original = self._chain.snapshot(), _copy(chunk)  # before the repair mutates it
         try:
             result = self.inner.on_chunk(chunk)
         except Exception as exc:
@@ -85,7 +85,7 @@ class _Watched(Repair):
             self._chain.attribute(self.name, before, "")
         else:
             # Copied now: the repairs after this one may still change what it passed on.
-            changes = closest_changes(copy, [_copy(out) for out in result])
+            changes = closest_changes(original, [_copy(out) for out in result])
             self._chain.attribute(self.name, before, _stream_action(chunk, result), changes)
         return result
 
@@ -102,10 +102,17 @@ class _Watched(Repair):
         return await self._on_body(self.inner.on_response, body)
 
     async def _on_body(self, hook: Any, body: dict[str, Any]) -> bool:
-        before, copy = self._chain.snapshot(), _copy(body)
-        changed = await hook(body)
+        before, original = self._chain.snapshot(), _copy(body)
+        try:
+            changed = await hook(body)
+        except Exception as exc:
+            label = Label(
+                self.name, self._chain.kinds_since(before), f"failed: {type(exc).__name__}"
+            )
+            self._chain.body_labels.append(label)
+            raise
         kinds = self._chain.kinds_since(before)
-        changes = field_changes(copy, _copy(body))
+        changes = field_changes(original, _copy(body))
         if changed or kinds or changes:
             label = Label(self.name, kinds, "changed" if changed else "", changes)
             self._chain.body_labels.append(label)
@@ -121,7 +128,10 @@ def _stream_action(chunk: Chunk, result: list[Chunk]) -> str:
 
 
 def _copy(value: Any) -> Any:
-    return json_codec.loads(json_codec.dumps(value))
+    """A copy to compare with later: `deepcopy`, which, unlike a JSON round trip, cannot fail
+    on what a repair accepts (an integer past 64 bits), so the watching never turns into the
+    repair's failure."""
+    return copy.deepcopy(value)
 
 
 class AttributingChain(RepairChain):

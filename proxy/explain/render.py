@@ -5,11 +5,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-import orjson
-
 from proxy.explain.attribution import BodyChange, Label
 from proxy.explain.diff import MISSING, Change, change_json, field_changes
 from proxy.explain.run import Explanation, Row
+from proxy.wire import json_codec
 from proxy.wire.sse import SSEDecoder
 
 
@@ -20,8 +19,8 @@ def event_value(raw: bytes) -> Any:
     if len(events) == 1 and events[0].data is not None and events[0].event is None:
         data = events[0].data
         try:
-            return orjson.loads(data)
-        except orjson.JSONDecodeError:
+            return json_codec.loads(data)
+        except json_codec.JSONDecodeError:
             return data
     return raw.decode("utf-8", "replace").rstrip("\r\n")
 
@@ -90,13 +89,11 @@ class Style:
 
 
 def _compact(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    return orjson.dumps(value).decode()
+    return value if isinstance(value, str) else _json(value)
 
 
 def _json(value: Any) -> str:
-    return orjson.dumps(value).decode()
+    return json_codec.dumps(value).decode()
 
 
 def _label_text(label: Label) -> str:

@@ -6,18 +6,17 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import httpx
-import orjson
 
 from proxy.explain.attribution import AttributingChain, BodyChange, Label, Step
 from proxy.repair.exchange import Exchange
+from proxy.repair.pipeline import RepairChain, _as_chunk, _is_done, _is_upstream_error
 from proxy.repair.receipts.store import ReceiptStore
 from proxy.repair.repairs import default_repairs
 from proxy.replay_check import replayed, settings_for
 from proxy.settings.schema import Settings
-from proxy.upstream.body_decoding import _Identity, decoder_for
+from proxy.upstream.body_decoding import decoder_for
 from proxy.upstream.cassettes import Cassette
 from proxy.wire.sse import DONE, SSEDecoder, SSEEvent
 
@@ -76,7 +75,7 @@ async def explain(path: Path, settings: Settings) -> Explanation:
     cassette = load(path)
     chains: list[AttributingChain] = []
 
-    def attributing(settings: Settings, exchange: Exchange, store: ReceiptStore) -> Any:
+    def attributing(settings: Settings, exchange: Exchange, store: ReceiptStore) -> RepairChain:
         chain = AttributingChain(
             default_repairs(settings, exchange, store), exchange, strict=settings.repairs.strict
         )
@@ -92,9 +91,7 @@ async def explain(path: Path, settings: Settings) -> Explanation:
     result.request, result.response = chain.request, chain.response
     if result.mode == "stream":
         result.rows = _rows(_upstream_events(cassette), chain.steps, response.content)
-        result.accounted = b"".join(b"".join(row.client) for row in result.rows) == (
-            response.content
-        )
+        result.accounted = _sent(result.rows) == response.content
     elif result.mode == "relayed":
         result.relayed = response.content
     _total(result, chain)
@@ -116,7 +113,9 @@ def _mode(cassette: Cassette, response: httpx.Response, chain: AttributingChain 
 def _upstream_events(cassette: Cassette) -> list[tuple[SSEEvent, Label | None]]:
     """The upstream's events as the stream loop decodes them, each with what the decoding
     changed in its framing (an event cut off a single-newline stream, a blank line added)."""
-    decoder = decoder_for(cassette.response_headers.get("content-encoding", "")) or _Identity()
+    # Undecodable bodies are relayed (never here); identity otherwise keeps the types simple.
+    decoder = decoder_for(cassette.response_headers.get("content-encoding", "")) or decoder_for("")
+    assert decoder is not None
     pieces = [b"".join(decoder.decode(chunk.data)) for chunk in cassette.chunks]
     pieces.append(decoder.flush())
     body = b"".join(pieces)
@@ -159,7 +158,7 @@ def _rows(
             step = from_upstream[position]
             position += 1
             rows.append(Row(event.raw, step.client, labels + step.labels))
-        elif _is_error(event):
+        elif _is_upstream_error(event, _as_chunk(event)):
             errored = True
             ends = Label("pipeline", {"upstream_error_event": 1}, "relayed; repairs end here")
             rows.append(Row(event.raw, [event.raw], [*labels, ends]))
@@ -182,23 +181,6 @@ def _rows(
 
 def _sent(rows: list[Row]) -> bytes:
     return b"".join(b"".join(row.client) for row in rows)
-
-
-def _is_error(event: SSEEvent) -> bool:
-    """The stream loop's test (`pipeline._is_upstream_error`), on the decoded event."""
-    if event.event == "error":
-        return True
-    if event.data is None or event.event not in (None, "message"):
-        return False
-    try:
-        data = orjson.loads(event.data)
-    except orjson.JSONDecodeError:
-        return False
-    return isinstance(data, dict) and bool(data.get("error"))
-
-
-def _is_done(event: SSEEvent) -> bool:
-    return event.data is not None and event.data.strip() == "[DONE]"
 
 
 def _total(result: Explanation, chain: AttributingChain) -> None:
