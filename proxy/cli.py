@@ -1,4 +1,4 @@
-"""Command line: `streamfix serve`, `streamfix replay`, `streamfix config`."""
+"""Command line: `streamfix serve`, `streamfix replay`, `streamfix explain`, `streamfix config`."""
 
 from __future__ import annotations
 
@@ -34,6 +34,18 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument("directory", help="directory of cassettes")
     replay.add_argument("--update", action="store_true", help="rewrite changed client output")
     replay.add_argument("--config", help="TOML config file (env STREAMFIX_CONFIG)")
+    explain = commands.add_parser(
+        "explain", help="show a cassette's upstream events beside the client's, with the repairs"
+    )
+    explain.add_argument("paths", nargs="+", help="cassettes, or directories of cassettes")
+    explain.add_argument("--json", action="store_true", help="a JSON document for tools")
+    explain.add_argument(
+        "--color",
+        choices=["auto", "always", "never"],
+        default="auto",
+        help="colour: auto is on a terminal unless NO_COLOR is set (FORCE_COLOR forces it)",
+    )
+    explain.add_argument("--config", help="TOML config file (env STREAMFIX_CONFIG)")
     config = commands.add_parser("config", help="print the effective configuration")
     _config_flags(config)
     return parser
@@ -138,6 +150,15 @@ def _replay(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _explain(args: argparse.Namespace) -> int:
+    from proxy.explain.command import run_explain
+    from proxy.server.logs import configure_logging
+
+    configure_logging("error")  # the explanation is the output; repairs' notes would bury it
+    settings = Settings.load(args.config, os.environ)
+    return run_explain([Path(path) for path in args.paths], settings, args.json, args.color)
+
+
 def _config(args: argparse.Namespace) -> int:
     from proxy.settings.display import masked
 
@@ -148,7 +169,7 @@ def _config(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    commands = {"serve": _serve, "replay": _replay, "config": _config}
+    commands = {"serve": _serve, "replay": _replay, "explain": _explain, "config": _config}
     try:
         return commands[args.command](args)
     except ConfigError as exc:

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 
 from proxy.repair.conformance import violations
-from proxy.server.app import create_app
+from proxy.server.app import ChainFactory, create_app, default_chain
 from proxy.settings.schema import Settings
 from proxy.upstream.cassettes import Cassette
 from proxy.upstream.recording import ReplayTransport
@@ -29,33 +29,47 @@ class CassetteResult:
         return not self.violations and (not self.diff or self.updated)
 
 
-async def check_cassette(path: Path, settings: Settings) -> CassetteResult:
-    cassette = Cassette.load(path)
-    if cassette.upstream_base_url:
-        # Check it against the upstream it was recorded from: its profile decides the rules.
-        settings = settings.with_values(
-            {
-                "upstream.base_url": cassette.upstream_base_url,
-                "upstream.profile": cassette.profile or "auto",
-                "upstream.api_key_env": "",
-                "upstream.model": "",
-                "routes": [],
-            }
-        )
+def settings_for(cassette: Cassette, settings: Settings) -> Settings:
+    """Replay a cassette against the upstream it was recorded from: its profile decides the
+    rules."""
+    if not cassette.upstream_base_url:
+        return settings
+    return settings.with_values(
+        {
+            "upstream.base_url": cassette.upstream_base_url,
+            "upstream.profile": cassette.profile or "auto",
+            "upstream.api_key_env": "",
+            "upstream.model": "",
+            "routes": [],
+        }
+    )
+
+
+async def replayed(
+    cassette: Cassette, settings: Settings, chain_factory: ChainFactory = default_chain
+) -> httpx.Response:
+    """The client's response when the cassette's request goes through a proxy whose upstream
+    answers with the cassette's bytes; the body is read in full."""
     transport = ReplayTransport([cassette], settings.upstream.base_url)
-    app = create_app(settings, transport=transport)
+    app = create_app(settings, transport=transport, chain_factory=chain_factory)
     async with app.router.lifespan_context(app):
         client_transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(
             transport=client_transport, base_url="http://replay"
         ) as client:
-            response = await client.request(
+            return await client.request(
                 cassette.method,
                 f"/v1/{cassette.path}",
                 params=cassette.query or None,
                 headers=cassette.request_headers,
                 content=cassette.request_body,
             )
+
+
+async def check_cassette(path: Path, settings: Settings) -> CassetteResult:
+    cassette = Cassette.load(path)
+    settings = settings_for(cassette, settings)
+    response = await replayed(cassette, settings)
     output = response.content
     result = CassetteResult(path.name, output=output)
     if output != cassette.client_body:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 
 import httpx
@@ -47,6 +47,13 @@ CHAT_PATH = b"chat/completions"
 
 logger = logging.getLogger(__name__)
 
+ChainFactory = Callable[[Settings, Exchange, ReceiptStore], RepairChain]
+"""Builds one exchange's repair chain; `streamfix explain` passes one that attributes."""
+
+
+def default_chain(settings: Settings, exchange: Exchange, store: ReceiptStore) -> RepairChain:
+    return RepairChain(default_repairs(settings, exchange, store), strict=settings.repairs.strict)
+
 
 class Proxy:
     """Request handlers bound to one configuration and one pooled upstream client."""
@@ -56,8 +63,10 @@ class Proxy:
         settings: Settings,
         transport: httpx.AsyncBaseTransport | None = None,
         environ: Mapping[str, str] | None = None,
+        chain_factory: ChainFactory = default_chain,
     ) -> None:
         environ = os.environ if environ is None else environ
+        self.chain_factory = chain_factory
         quiet_client_loggers()
         self.settings = settings
         self.router = Router(settings, environ)
@@ -126,10 +135,7 @@ class Proxy:
         if renamed:
             body["model"] = route.upstream.model
         exchange = self._exchange(request, request_id, body, route)
-        chain = RepairChain(
-            default_repairs(self.settings, exchange, self.store),
-            strict=self.settings.repairs.strict,
-        )
+        chain = self.chain_factory(self.settings, exchange, self.store)
         changed = await chain.on_request(body) or renamed
         content = json_codec.dumps(body) if changed else raw
         upstream = await self._send(request, route, CHAT_PATH, content, exchange)
@@ -367,9 +373,11 @@ def new_request_id() -> str:
 
 
 def create_app(
-    settings: Settings, transport: httpx.AsyncBaseTransport | None = None
+    settings: Settings,
+    transport: httpx.AsyncBaseTransport | None = None,
+    chain_factory: ChainFactory = default_chain,
 ) -> StreamfixApp:
-    proxy = Proxy(settings, transport)
+    proxy = Proxy(settings, transport, chain_factory=chain_factory)
     endpoints = [
         Route("/healthz", proxy.healthz, methods=["GET"]),
         Route("/readyz", proxy.readyz, methods=["GET"]),
