@@ -9,6 +9,7 @@ import httpx
 from proxy.server.app import create_app
 from proxy.settings.schema import Settings
 from tests.support.fake_upstream import running_fake_upstream
+from tests.support.metrics import metric
 from tests.support.servers import serve_in_thread
 
 
@@ -18,15 +19,6 @@ def chat(model: str, **extra) -> dict:
 
 def route(name: str, patterns: list[str], base_url: str, **extra) -> dict:
     return {"name": name, "models": patterns, "base_url": base_url, **extra}
-
-
-def metric(text: str, name: str, **labels: str) -> float:
-    wanted = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    prefix = f"{name}{{{wanted}}}" if labels else name
-    for line in text.splitlines():
-        if line.startswith(prefix + " "):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
 
 
 def test_metrics_count_a_repaired_gemini_stream() -> None:

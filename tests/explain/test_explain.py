@@ -24,7 +24,7 @@ from proxy.server.app import default_chain
 from proxy.settings.schema import Settings
 from proxy.wire.sse import SSEDecoder
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RECORDINGS = ROOT / "recordings"
 GEMINI_STOP = RECORDINGS / "gemini_indexless_call_stop.json"
 ANSI = "\x1b["
@@ -208,6 +208,14 @@ STREAM = [
 ]  # fmt: skip
 
 
+# What the upstream left out of the call, each counted where ToolCallRepair fills it in.
+CALL_KINDS = {
+    "tool_call_id_generated": 1,
+    "tool_call_type_added": 1,
+    "tool_call_fragments_assembled": 1,
+}
+
+
 async def _attributed(chunks: list[dict[str, Any]]) -> tuple[AttributingChain, bytes]:
     settings = Settings.load(None, {})
     exchange = Exchange("t", request={"messages": [], "tools": TOOLS})
@@ -234,22 +242,28 @@ def test_attribution_is_exact_for_real_repairs() -> None:
     call, finished = (orjson.loads(raw.removeprefix(b"data: ")) for raw in finish.client)
     generated = call["choices"][0]["delta"]["tool_calls"][0]["id"]
     assert finish.labels == [
-        Label("ToolCallRepair", {"tool_call_id_generated": 1}, "split into 2"),
+        Label("ToolCallRepair", CALL_KINDS, "split into 2"),
         Label("SingleRoleRepair", {"role_added": 1}, "changed", [
             ("choices[0].delta.role", MISSING, "assistant")]),
     ]  # fmt: skip
     assert generated.startswith("call_") and finished["choices"][0]["finish_reason"] == "tool_calls"
     # The repeated finish is FinishReasonRepair's alone: emptied, the chunk kept.
+    repeated_finish = [("choices[0].finish_reason", "tool_calls", None)]
     assert repeated.labels == [
         Label(
-            "FinishReasonRepair", {}, "changed", [("choices[0].finish_reason", "tool_calls", None)]
+            "FinishReasonRepair", {"finish_reason_repeated_dropped": 1}, "changed", repeated_finish
         )
     ]
     # What the steps say went out is what went out, [DONE] aside (the pipeline's).
     assert (
         b"".join(raw for step in chain.steps for raw in step.client) + b"data: [DONE]\n\n" == sent
     )
-    assert dict(chain.exchange.repairs) == {"tool_call_id_generated": 1, "role_added": 1}
+    assert dict(chain.exchange.repairs) == {
+        **CALL_KINDS,
+        "role_added": 1,
+        "finish_reason_repeated_dropped": 1,
+        "done_added": 1,
+    }
 
 
 def test_closing_events_are_attributed_to_the_repair_that_added_them() -> None:
@@ -259,7 +273,7 @@ def test_closing_events_are_attributed_to_the_repair_that_added_them() -> None:
     text, closing = chain.steps
     assert text.labels == [] and text.upstream is not None
     assert closing.upstream is None
-    assert closing.labels == [Label("FinishReasonRepair", {}, "added")]
+    assert closing.labels == [Label("FinishReasonRepair", {"finish_reason_added": 1}, "added")]
     assert b'"finish_reason":"stop"' in closing.client[0] and closing.client[0] in sent
 
 

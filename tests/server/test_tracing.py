@@ -20,12 +20,12 @@ import pytest
 from proxy.server.app import create_app
 from proxy.server.tracing import Tracing, wanted
 from proxy.settings.schema import Settings
-from tests.fake_upstream import FakeUpstream, running_fake_upstream
-from tests.servers import serve_in_thread
+from tests.support.fake_upstream import FakeUpstream, running_fake_upstream
+from tests.support.metrics import metric
+from tests.support.servers import serve_in_thread
 from tests.support.waiting import wait_until
-from tests.test_routing_auth_metrics import metric
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_SPAN_ID = "00f067aa0ba902b7"
 TRACEPARENT = f"00-{TRACE_ID}-{CLIENT_SPAN_ID}-01"
@@ -38,8 +38,10 @@ def chat(model: str, **extra: Any) -> dict:
 
 @pytest.fixture
 def exporter() -> Any:
-    memory = pytest.importorskip("opentelemetry.sdk.trace.export.in_memory_span_exporter")
-    return memory.InMemorySpanExporter()
+    # The test extra installs the SDK: a missing one is a failure here, never a skip.
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    return InMemorySpanExporter()
 
 
 @contextmanager
@@ -95,9 +97,15 @@ def test_a_repaired_gemini_stream_is_one_span_with_its_repairs(exporter: Any) ->
     )
     events = {event.name: event.attributes["count"] for event in span.events}
     # The call's empty id replaced, its thought signature kept: one event each.
-    assert events == {"tool_call_id_generated": 1, "signatures_captured": 1}
+    assert events == {
+        "tool_call_id_generated": 1,
+        "tool_call_index_added": 1,
+        "finish_reason_rewritten": 1,
+        "role_repeated_dropped": 1,
+        "signatures_captured": 1,
+    }
     for kind, count in events.items():
-        assert metric(metrics, "streamfix_repairs_total", kind=kind) == count
+        assert metric(metrics, "streamfix_repairs_total", kind=kind, route="default") == count
         assert attributes[f"streamfix.repairs.{kind}"] == count
     assert attributes["streamfix.repairs.total"] == sum(events.values())
     # No credential and no prompt or response text in what is exported.
@@ -191,8 +199,8 @@ OFF_SCRIPT = textwrap.dedent(
     import httpx
     from proxy.server.app import create_app
     from proxy.settings.schema import Settings
-    from tests.fake_upstream import running_fake_upstream
-    from tests.servers import serve_in_thread
+    from tests.support.fake_upstream import running_fake_upstream
+    from tests.support.servers import serve_in_thread
 
     with running_fake_upstream() as (fake, root):
         app = create_app(Settings().with_values({"upstream.base_url": f"{root}/v1"}))
@@ -277,7 +285,6 @@ def test_which_environment_turns_tracing_on(environ: dict[str, str], on: bool) -
 
 
 def test_from_environ_builds_the_named_exporter_or_warns(caplog: pytest.LogCaptureFixture) -> None:
-    pytest.importorskip("opentelemetry.sdk")
     assert Tracing.from_environ({}) is None
     console = Tracing.from_environ({"OTEL_TRACES_EXPORTER": "console"})
     assert console is not None

@@ -1,0 +1,1 @@
+"""Tests of `streamfix explain` (proxy/explain/)."""
