@@ -38,9 +38,9 @@ from tests.support.recording_clients import (
     ROOT,
     raw_stream,
     upstream_bytes,
-    wait_for,
 )
 from tests.support.streams import assembled_calls, content, finish_reasons
+from tests.support.waiting import wait_until
 
 CORPUS = sorted(RECORDINGS.glob("*.json"))
 
@@ -197,7 +197,7 @@ def test_replay_check_fails_on_a_changed_repair_and_passes_after_update(tmp_path
         ) as proxy,
     ):
         raw_stream(proxy, "openai_indexed_fragmented")
-        wait_for(lambda: len(list(record.glob("*.json"))) == 1)
+        wait_until(lambda: len(list(record.glob("*.json"))) == 1, "1 cassette", timeout=10.0)
     [path] = record.glob("*.json")
     incremental = Cassette.load(path).client_body
 

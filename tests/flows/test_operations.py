@@ -48,6 +48,7 @@ from tests.support.redis_receipts import (
 from tests.support.redis_server import RedisServer, started_redis_server
 from tests.support.servers import free_port
 from tests.support.streams import assembled_calls, finish_reasons
+from tests.support.waiting import wait_until
 
 # Five events at 0.3 s apart: a stream of ~1.5 s. Indexless fragmented call ending in "stop":
 # the client must get it repaired (index, whole arguments, "tool_calls").
@@ -204,10 +205,9 @@ def test_stream_still_open_after_a_short_grace_is_cut_and_the_process_exits(
             assert stream.ended_at is not None
             cut_after = stream.ended_at - sigterm_at
         # The proxy's upstream connection went with it.
-        deadline = time.monotonic() + LOG_TIMEOUT
-        while fake.open_streams and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert fake.open_streams == 0
+        wait_until(
+            lambda: fake.open_streams == 0, "the upstream stream to close", LOG_TIMEOUT, 0.02
+        )
 
     # Cut, visibly: the chunked body never ends, and nothing pretends the answer is complete.
     assert isinstance(stream.error, httpx.RemoteProtocolError), repr(stream.error)

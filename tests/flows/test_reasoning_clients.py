@@ -35,10 +35,10 @@ from tests.support.reasoning_flows import (
     VERCEL_SDKS,
     VERCEL_TOOLS,
     Provider,
-    _openai_flow,
     assert_last_request_complete,
     assert_receipts_returned,
     behind_proxy,
+    run_openai_flow,
     step_counts,
 )
 from tests.support.reasoning_upstreams import (
@@ -55,7 +55,7 @@ from tests.support.reasoning_upstreams import (
 @pytest.mark.parametrize("provider", PROVIDERS.values(), ids=PROVIDERS.keys())
 def test_openai_sdk_flow_through_proxy(provider: Provider, mode: str) -> None:
     with behind_proxy(provider) as (fake, _, proxy):
-        assert _openai_flow(proxy, provider, mode) == FINAL_TEXTS
+        assert run_openai_flow(proxy, provider, mode) == FINAL_TEXTS
         assert fake.rejections == []
         assert step_counts(fake) == STEP_COUNTS
         assert assert_receipts_returned(fake, provider) > 0
@@ -67,7 +67,7 @@ def test_openai_sdk_flow_through_proxy(provider: Provider, mode: str) -> None:
 def test_openai_sdk_flow_without_proxy_gets_the_400(provider: Provider, mode: str) -> None:
     with provider.running() as (fake, root):
         with pytest.raises(openai.BadRequestError) as caught:
-            _openai_flow(f"{root}{provider.api}", provider, mode)
+            run_openai_flow(f"{root}{provider.api}", provider, mode)
         assert caught.value.status_code == 400
         assert provider.missing_error in caught.value.response.text
         assert fake.rejections == [Rejection("missing", 1)]

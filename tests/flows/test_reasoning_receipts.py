@@ -24,15 +24,15 @@ from tests.support.reasoning_flows import (
     OPENROUTER,
     PROVIDERS,
     Provider,
-    _call,
-    _client,
-    _metric,
-    _metric_reaches,
-    _post,
-    _results,
-    _stripped,
     behind_proxy,
+    openai_client,
+    post_chat,
     rejection_reasons,
+    repairs_total,
+    tool_call,
+    tool_results_for,
+    wait_for_repairs_total,
+    without_reasoning,
 )
 from tests.support.reasoning_upstreams import (
     Rejection,
@@ -61,7 +61,7 @@ def _raw_stream(client: openai.OpenAI, model: str) -> tuple[list[Any], list[Any]
 def test_reasoning_streams_through_unchanged(provider: Provider, emit: str) -> None:
     config = {"tool_calls.emit": emit}
     with behind_proxy(provider, config, min_pieces=5) as (fake, _, proxy):
-        deltas, finishes = _raw_stream(_client(proxy), provider.model)
+        deltas, finishes = _raw_stream(openai_client(proxy), provider.model)
         (issued,) = fake.issued_log
         extras = [d.model_extra or {} for d in deltas]
         if provider is DEEPSEEK:
@@ -97,7 +97,7 @@ def test_reasoning_streams_through_unchanged(provider: Provider, emit: str) -> N
 def test_non_streamed_reasoning_passes_through(provider: Provider) -> None:
     with behind_proxy(provider) as (fake, _, proxy):
         body = {"model": provider.model, "messages": [{"role": "user", "content": "go"}]}
-        via_proxy = _post(proxy, body).json()
+        via_proxy = post_chat(proxy, body).json()
         (issued,) = fake.issued_log
         message = via_proxy["choices"][0]["message"]
         assert message[provider.field] == issued.receipt
@@ -115,26 +115,28 @@ def test_altered_client_reasoning_goes_upstream_as_issued(provider: Provider, st
     client altered (OpenAI's SDK accumulator concatenates reasoning_details' strings)."""
     with behind_proxy(provider) as (fake, _, proxy):
         user = {"role": "user", "content": "read a.txt"}
-        first = _post(proxy, {"model": provider.model, "messages": [user]})
+        first = post_chat(proxy, {"model": provider.model, "messages": [user]})
         message = first.json()["choices"][0]["message"]
         issued = message[provider.field]
         if provider is DEEPSEEK:
             own: Any = "The client's own reasoning."
         else:
             own = [{**issued[1], "data": "Y2xpZW50"}, issued[0]]
-        sent = {**_stripped(message), provider.field: own}
-        history = [user, sent, *_results(message)]
+        sent = {**without_reasoning(message), provider.field: own}
+        history = [user, sent, *tool_results_for(message)]
         body = {"model": provider.model, "stream": stream, "messages": history}
-        response = _post(proxy, body)
+        response = post_chat(proxy, body)
         # The upstream got what it issued, not the client's altered copy, and accepted it.
         received = fake.requests[-1].json["messages"]
         assert received[1][provider.field] == issued != own
         assert rejection_reasons(fake) == []
         assert response.status_code == 200
-        assert _metric_reaches(proxy.removesuffix("/v1"), f"{provider.field}_restored", 1) == 1
+        assert (
+            wait_for_repairs_total(proxy.removesuffix("/v1"), f"{provider.field}_restored", 1) == 1
+        )
         # The stored receipt is still there for a client that sends nothing.
-        history[1] = _stripped(message)
-        assert _post(proxy, {**body, "messages": history}).status_code == 200
+        history[1] = without_reasoning(message)
+        assert post_chat(proxy, {**body, "messages": history}).status_code == 200
         assert fake.requests[-1].json["messages"][1][provider.field] == issued
 
 
@@ -148,19 +150,23 @@ def test_deepseek_miss_is_left_unchanged_and_counted(stream: bool) -> None:
         running_proxy(f"{root}/v1", **DEEPSEEK.proxy_config) as proxy,
     ):
         user = {"role": "user", "content": "read a.txt"}
-        known = _post(f"{proxy}/v1", {"model": DEEPSEEK.model, "messages": [user]})
+        known = post_chat(f"{proxy}/v1", {"model": DEEPSEEK.model, "messages": [user]})
         message = known.json()["choices"][0]["message"]
-        foreign = {"role": "assistant", "content": "", "tool_calls": [_call("call_00_elsewhere")]}
+        foreign = {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [tool_call("call_00_elsewhere")],
+        }
         history = [
             user,
-            _stripped(message),
-            *_results(message),
+            without_reasoning(message),
+            *tool_results_for(message),
             foreign,
             {"role": "tool", "tool_call_id": "call_00_elsewhere", "content": "x"},
         ]
-        before = _metric(proxy, "reasoning_content_missing")
+        before = repairs_total(proxy, "reasoning_content_missing")
         body = {"model": DEEPSEEK.model, "stream": stream, "messages": history}
-        response = _post(f"{proxy}/v1", body)
+        response = post_chat(f"{proxy}/v1", body)
         received = fake.requests[-1].json["messages"]
         # The known step got its receipt; the unknown one nothing (no invented reasoning).
         assert received[1]["reasoning_content"] == message["reasoning_content"]
@@ -171,7 +177,7 @@ def test_deepseek_miss_is_left_unchanged_and_counted(stream: bool) -> None:
         assert (response.status_code, response.content) == (status, sent)
         assert response.status_code == 400
         assert response.headers["content-type"].startswith("application/json")
-        assert _metric_reaches(proxy, "reasoning_content_missing", before + 1) == before + 1
+        assert wait_for_repairs_total(proxy, "reasoning_content_missing", before + 1) == before + 1
 
 
 def test_openrouter_unknown_message_gets_nothing() -> None:
@@ -179,12 +185,12 @@ def test_openrouter_unknown_message_gets_nothing() -> None:
     with behind_proxy(OPENROUTER) as (fake, _, proxy):
         history = [
             {"role": "user", "content": "read a.txt"},
-            {"role": "assistant", "content": "", "tool_calls": [_call("tool_read_file_x")]},
+            {"role": "assistant", "content": "", "tool_calls": [tool_call("tool_read_file_x")]},
             {"role": "tool", "tool_call_id": "tool_read_file_x", "content": "x"},
             {"role": "assistant", "content": "It says x."},
             {"role": "user", "content": "and b.txt?"},
         ]
-        response = _post(proxy, {"model": OPENROUTER.model, "messages": history})
+        response = post_chat(proxy, {"model": OPENROUTER.model, "messages": history})
         assert response.status_code == 200, response.text
         assert fake.requests[-1].json["messages"] == history
 
@@ -212,7 +218,7 @@ def test_tenants_never_see_each_others_reasoning(
         for name in ("one", "two"):
             key = "sk-shared" if by_header else f"sk-{name}"
             headers = {"x-tenant": name} if by_header else {}
-            clients[name] = _client(proxy, key, default_headers=headers)
+            clients[name] = openai_client(proxy, key, default_headers=headers)
             histories[name] = [{"role": "user", "content": "read a.txt"}]
         issued: dict[str, Any] = {}
         for name, client in clients.items():
@@ -274,18 +280,18 @@ def test_receipts_stay_with_the_upstream_that_issued_them() -> None:
             histories: dict[str, list[dict[str, Any]]] = {}
             for provider, stream in ((DEEPSEEK, True), (OPENROUTER, False)):
                 body = {"model": provider.model, "stream": stream, "messages": [user]}
-                assert _post(proxy, body).status_code == 200
+                assert post_chat(proxy, body).status_code == 200
                 (call_id,) = (ds if provider is DEEPSEEK else orr).issued_log[-1].call_ids
                 assert call_id == "call_00_shared00"
                 histories[provider.name] = [
                     user,
-                    {"role": "assistant", "content": "", "tool_calls": [_call(call_id)]},
+                    {"role": "assistant", "content": "", "tool_calls": [tool_call(call_id)]},
                     {"role": "tool", "tool_call_id": call_id, "content": "x"},
                 ]
             # Each upstream gets its own receipt back on the same ids, and nothing else.
             for provider, fake in ((DEEPSEEK, ds), (OPENROUTER, orr)):
                 body = {"model": provider.model, "messages": histories[provider.name]}
-                assert _post(proxy, body).status_code == 200
+                assert post_chat(proxy, body).status_code == 200
                 received = fake.requests[-1].json["messages"][1]
                 assert received[provider.field] == fake.issued_log[0].receipt
                 assert set(received) - set(histories[provider.name][1]) == {provider.field}
@@ -297,17 +303,19 @@ def test_receipts_stay_with_the_upstream_that_issued_them() -> None:
             for provider in (DEEPSEEK, OPENROUTER):
                 fake = ds if provider is DEEPSEEK else orr
                 assert (
-                    _post(proxy, {"model": provider.model, "messages": [user]}).status_code == 200
+                    post_chat(proxy, {"model": provider.model, "messages": [user]}).status_code
+                    == 200
                 )
                 (call_id,) = fake.issued_log[-1].call_ids
                 history = [
                     user,
-                    {"role": "assistant", "content": "", "tool_calls": [_call(call_id)]},
+                    {"role": "assistant", "content": "", "tool_calls": [tool_call(call_id)]},
                     {"role": "tool", "tool_call_id": call_id, "content": "x"},
                 ]
                 # Proof that the proxy holds this receipt: the issuing upstream gets it back.
                 assert (
-                    _post(proxy, {"model": provider.model, "messages": history}).status_code == 200
+                    post_chat(proxy, {"model": provider.model, "messages": history}).status_code
+                    == 200
                 )
                 assert fake.requests[-1].json["messages"][1][provider.field]
                 others = [
@@ -319,7 +327,7 @@ def test_receipts_stay_with_the_upstream_that_issued_them() -> None:
                 ]
                 for other, model in others:
                     for stream in (False, True):
-                        _post(proxy, {"model": model, "stream": stream, "messages": history})
+                        post_chat(proxy, {"model": model, "stream": stream, "messages": history})
                         received = [
                             r for r in other.requests if r.path.endswith("/chat/completions")
                         ]

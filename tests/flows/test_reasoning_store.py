@@ -7,7 +7,6 @@ client that closes at `[DONE]`, as OpenAI's SDK does.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 
 import httpx
@@ -19,20 +18,21 @@ from tests.support.reasoning_flows import (
     DEEPSEEK,
     PROVIDERS,
     Provider,
-    _call,
-    _client,
-    _metric,
-    _metric_reaches,
-    _openai_flow,
-    _post,
     assert_receipts_returned,
     behind_proxy,
+    openai_client,
+    post_chat,
     proxy_app,
+    repairs_total,
+    run_openai_flow,
+    tool_call,
+    wait_for_repairs_total,
 )
 from tests.support.reasoning_upstreams import (
     running_deepseek_upstream,
 )
 from tests.support.redis_server import RedisServer, started_redis_server
+from tests.support.waiting import wait_until
 
 
 def test_memory_store_stays_bounded_with_large_reasoning() -> None:
@@ -48,7 +48,7 @@ def test_memory_store_stays_bounded_with_large_reasoning() -> None:
         for n in range(50):
             user = {"role": "user", "content": f"question {n}"}
             body = {"model": DEEPSEEK.model, "stream": n % 2 == 0, "messages": [user]}
-            assert _post(proxy, body).status_code == 200
+            assert post_chat(proxy, body).status_code == 200
             conversations.append((user, fake.issued_log[-1]))
             assert store.total_bytes <= budget, (n, store.total_bytes)
         assert 200_000 * 5 < store.total_bytes <= budget
@@ -59,10 +59,10 @@ def test_memory_store_stays_bounded_with_large_reasoning() -> None:
             (call_id,) = issued.call_ids
             history = [
                 user,
-                {"role": "assistant", "content": "", "tool_calls": [_call(call_id)]},
+                {"role": "assistant", "content": "", "tool_calls": [tool_call(call_id)]},
                 {"role": "tool", "tool_call_id": call_id, "content": "x"},
             ]
-            return _post(proxy, {"model": DEEPSEEK.model, "messages": history})
+            return post_chat(proxy, {"model": DEEPSEEK.model, "messages": history})
 
         # The newest receipt is kept, verbatim; the oldest gave way (a miss, left unchanged).
         assert follow_up(49).status_code == 200
@@ -75,15 +75,17 @@ def test_memory_store_stays_bounded_with_large_reasoning() -> None:
 
         # A receipt over max_value_bytes is not stored, and counted.
         fake.reasoning_chars = 450_000
-        before = _metric(proxy_root, "receipt_too_large")
+        before = repairs_total(proxy_root, "receipt_too_large")
         entries, total = len(store), store.total_bytes
         user = {"role": "user", "content": "one more"}
         assert (
-            _post(proxy, {"model": DEEPSEEK.model, "stream": True, "messages": [user]}).status_code
+            post_chat(
+                proxy, {"model": DEEPSEEK.model, "stream": True, "messages": [user]}
+            ).status_code
             == 200
         )
         conversations.append((user, fake.issued_log[-1]))
-        assert _metric_reaches(proxy_root, "receipt_too_large", before + 1) == before + 1
+        assert wait_for_repairs_total(proxy_root, "receipt_too_large", before + 1) == before + 1
         assert (len(store), store.total_bytes) == (entries, total)
         assert follow_up(50).status_code == 400
         assert store.total_bytes <= budget
@@ -104,7 +106,7 @@ def test_memory_budget_holds_in_bytes_for_cjk_reasoning() -> None:
         store = app.state.proxy.store
         for n in range(30):
             body = {"model": DEEPSEEK.model, "messages": [{"role": "user", "content": f"q{n}"}]}
-            assert _post(f"{proxy_root}/v1", body).status_code == 200
+            assert post_chat(f"{proxy_root}/v1", body).status_code == 200
         per_receipt = len(
             json.dumps(
                 {"reasoning_content": fake.issued_log[-1].receipt}, ensure_ascii=False
@@ -135,7 +137,7 @@ def test_redis_store_keeps_receipts_of_streams_the_client_closes_at_done(
     store = redis.Redis.from_url(redis_server.url)
     config = {"signatures.store": redis_server.url}
     with behind_proxy(DEEPSEEK, config) as (fake, _, proxy):
-        client = _client(proxy)
+        client = openai_client(proxy)
         count = 10
         for n in range(count):
             messages = [{"role": "user", "content": f"question {n}"}]
@@ -143,9 +145,12 @@ def test_redis_store_keeps_receipts_of_streams_the_client_closes_at_done(
                 model=DEEPSEEK.model, messages=messages, stream=True
             ):
                 pass
-            deadline = time.monotonic() + 2
-            while store.dbsize() < n + 1 and time.monotonic() < deadline:
-                time.sleep(0.02)
+            wait_until(
+                lambda written=n + 1: store.dbsize() >= written,
+                f"receipt {n + 1} of {count} in Redis",
+                timeout=2,
+                interval=0.02,
+            )
         assert len(fake.issued_log) == count
         assert store.dbsize() == count, f"{store.dbsize()} of {count} receipts were written"
 
@@ -157,7 +162,7 @@ def test_openai_sdk_flow_with_redis_store(
 ) -> None:
     with behind_proxy(provider, {"signatures.store": redis_server.url}) as (fake, _, proxy):
         try:
-            _openai_flow(proxy, provider, mode)
+            run_openai_flow(proxy, provider, mode)
         except openai.BadRequestError as exc:
             pytest.fail(
                 f"request {len(fake.requests)} rejected: {fake.rejections}, "

@@ -24,9 +24,9 @@ from tests.support.proxies import running_proxy
 from tests.support.signature_flows import (
     MODEL,
     OPENAI_TOOLS,
-    _post,
-    _stripped,
     gemini_behind_proxy,
+    post_chat,
+    without_extra_content,
 )
 
 
@@ -165,7 +165,7 @@ def test_no_google_metadata_reaches_other_upstreams(profile: str, model: str, st
         running_proxy(f"{root}/v1", **{"upstream.profile": profile}) as proxy,
     ):
         body = {"model": model, "stream": stream, "messages": SIGNED_HISTORY}
-        response = _post(f"{proxy}/v1", body)
+        response = post_chat(f"{proxy}/v1", body)
         assert response.status_code == 200, response.text
         (received,) = [r.json for r in fake.requests if r.path.endswith("/chat/completions")]
         assert _google_metadata(received) == [], json.dumps(received)
@@ -213,7 +213,7 @@ FOREIGN_HISTORY: list[dict[str, Any]] = [
 def test_unseen_current_turn_step_gets_the_placeholder(stream: bool) -> None:
     with gemini_behind_proxy(THREE_STEPS) as (fake, _, proxy):
         body = {"model": MODEL, "stream": stream, "messages": FOREIGN_HISTORY}
-        response = _post(proxy, body)
+        response = post_chat(proxy, body)
         assert response.status_code == 200, response.text
         assert fake.rejections == 0
         received = fake.requests[-1].json["messages"]
@@ -227,7 +227,7 @@ def test_unseen_current_turn_step_gets_the_placeholder(stream: bool) -> None:
         assert "extra_content" not in second
         for i in (5, 7):
             for j, call in enumerate(received[i]["tool_calls"]):
-                assert _stripped(call) == FOREIGN_HISTORY[i]["tool_calls"][j]
+                assert without_extra_content(call) == FOREIGN_HISTORY[i]["tool_calls"][j]
         assert received[6:7] + received[8:] == FOREIGN_HISTORY[6:7] + FOREIGN_HISTORY[8:]
 
 
@@ -236,7 +236,7 @@ def test_on_missing_leave_relays_geminis_400(stream: bool) -> None:
     config = {"signatures.on_missing": "leave"}
     with gemini_behind_proxy(THREE_STEPS, config) as (fake, _, proxy):
         body = {"model": MODEL, "stream": stream, "messages": FOREIGN_HISTORY}
-        response = _post(proxy, body)
+        response = post_chat(proxy, body)
         assert fake.rejections == 1
         status, sent = fake.responses[-1]
         assert (response.status_code, response.content) == (status, sent) == (400, sent)

@@ -9,7 +9,6 @@ behaviour it checks.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from proxy.repair.receipts.store import MemoryStore
 from proxy.server.app import create_app
 from proxy.settings.schema import Settings
 from tests.support.servers import serve_in_thread
+from tests.support.waiting import wait_until
 
 TIMEOUT = httpx.Timeout(10.0)
 
@@ -174,10 +174,10 @@ def settle(stack: Stack, stream: bool) -> None:
     after the client has the answer (streamed: after `[DONE]`; non-streamed: in a background
     task), so this is how a test knows the exchanges before it have been written, or not."""
     exchange(stack.url, SENTINEL_MODEL, stream)
-    deadline = time.monotonic() + 5
-    while not any(key.endswith(":call:sentinel") for key in stack.stored_keys()):
-        assert time.monotonic() < deadline, "the sentinel receipt was never stored"
-        time.sleep(0.01)
+    wait_until(
+        lambda: any(key.endswith(":call:sentinel") for key in stack.stored_keys()),
+        "the sentinel receipt to be stored",
+    )
 
 
 BIG = "A" * (1024 * 1024)

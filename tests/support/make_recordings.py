@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -46,6 +45,7 @@ from tests.support.fake_upstream import (
     split_inside_json,
 )
 from tests.support.servers import serve_in_thread
+from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDINGS = ROOT / "recordings"
@@ -419,16 +419,17 @@ def recording_session(record_dir: Path) -> Iterator[Session]:
 
 def wait_for_cassette(directory: Path, seen: set[Path], timeout: float = 10.0) -> Path:
     """The one cassette written since `seen` (the proxy writes it as the exchange ends)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        new = set(directory.glob("*.json")) - seen
-        if len(new) == 1:
-            return new.pop()
+    new: set[Path] = set()
+
+    def written() -> bool:
+        new.clear()
+        new.update(set(directory.glob("*.json")) - seen)
         if len(new) > 1:
             raise RuntimeError(f"expected one new cassette, got {sorted(p.name for p in new)}")
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"no cassette written to {directory} within {timeout}s")
-        time.sleep(0.01)
+        return len(new) == 1
+
+    wait_until(written, f"a new cassette in {directory}", timeout)
+    return new.pop()
 
 
 # The fake listens on a random loopback port; the cassettes name a fixed one so that

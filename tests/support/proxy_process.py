@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +20,7 @@ import pytest
 
 from tests.support.fake_upstream import load_transcript
 from tests.support.servers import free_port
+from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 STARTUP_TIMEOUT = 15.0  # seconds for `python -m proxy serve` to answer /healthz
@@ -75,15 +75,18 @@ class ProxyProcess:
     def stderr_lines(self) -> list[str]:
         return [line.rstrip("\n") for line in list(self._stderr) if line.strip()]
 
-    def wait_for(self, condition: Callable[[], bool], what: str, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while not condition():
-            if time.monotonic() > deadline:
-                pytest.fail(f"{what}: not within {timeout}s; stderr:\n{self.stderr[-3000:]}")
-            time.sleep(0.02)
+    def wait_for(
+        self, condition: Callable[[], bool], what: str, timeout: float, interval: float = 0.02
+    ) -> None:
+        """`wait_until`, failing with the tail of the process's stderr."""
+        try:
+            wait_until(condition, what, timeout, interval)
+        except AssertionError as timed_out:
+            pytest.fail(f"{timed_out}; stderr:\n{self.stderr[-3000:]}")
 
     def wait_for_log(self, text: str, count: int = 1, timeout: float = LOG_TIMEOUT) -> None:
-        self.wait_for(lambda: self.stderr.count(text) >= count, f"{count}x {text!r}", timeout)
+        what = f"{count}x {text!r} in stderr"
+        self.wait_for(lambda: self.stderr.count(text) >= count, what, timeout)
 
     def wait_exit(self, timeout: float = EXIT_TIMEOUT) -> int:
         try:
@@ -116,18 +119,17 @@ class ServedProxy(ProxyProcess):
         super().__init__(["serve", *args, "--host", "127.0.0.1", "--port", str(self.port)], env)
 
     def wait_healthy(self, timeout: float = STARTUP_TIMEOUT) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
+        """Until /healthz answers 200; fails at once if the process exits."""
+
+        def healthy() -> bool:
             if self.process.poll() is not None:
                 pytest.fail(f"exited with {self.process.returncode}; stderr:\n{self.stderr}")
             try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    return
+                return httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200
             except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"no /healthz within {timeout}s; stderr:\n{self.stderr[-3000:]}")
-            time.sleep(0.05)
+                return False
+
+        self.wait_for(healthy, f"{self.url}/healthz to answer 200", timeout, interval=0.05)
 
 
 @contextmanager

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from tests.support.reasoning_upstreams import (
     tool_calls_of,
 )
 from tests.support.servers import serve_in_thread
+from tests.support.waiting import wait_until
 
 VERCEL_SDKS = ("v1", "v2", "v3")
 OPENAI_MODES = ("stream", "create-stream", "create")
@@ -152,37 +152,43 @@ def assert_last_request_complete(fake: Any, provider: Provider) -> None:
     assert carrying == (4 if provider is OPENROUTER else 3), json.dumps(messages)[:3000]
 
 
-def _post(base_url: str, body: dict[str, Any], key: str = "k") -> httpx.Response:
+def post_chat(base_url: str, body: dict[str, Any], key: str = "k") -> httpx.Response:
     headers = {"authorization": f"Bearer {key}"}
     return httpx.post(f"{base_url}/chat/completions", json=body, headers=headers, timeout=60)
 
 
-def _metric(proxy_root: str, kind: str) -> float:
+def repairs_total(proxy_root: str, kind: str) -> float:
     text = httpx.get(f"{proxy_root}/metrics", timeout=10).text
     pattern = rf'^streamfix_repairs_total\{{kind="{kind}",route="default"\}} (\S+)$'
     match = re.search(pattern, text, re.M)
     return float(match.group(1)) if match else 0.0
 
 
-def _metric_reaches(proxy_root: str, kind: str, value: float) -> float:
-    """The exchange is counted when its response closed: poll briefly."""
-    deadline = time.monotonic() + 5
-    while (seen := _metric(proxy_root, kind)) < value and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return seen
+def wait_for_repairs_total(proxy_root: str, kind: str, value: float) -> float:
+    """The exchange is counted when its response closed: poll briefly until the count reaches
+    `value`; returns the count then seen (a caller asserting equality catches an overshoot)."""
+    seen = [0.0]
+
+    def reached() -> bool:
+        seen[0] = repairs_total(proxy_root, kind)
+        return seen[0] >= value
+
+    what = f'streamfix_repairs_total{{kind="{kind}"}} to reach {value}'
+    wait_until(reached, what, interval=0.02)
+    return seen[0]
 
 
-def _stripped(message: dict[str, Any]) -> dict[str, Any]:
+def without_reasoning(message: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in message.items() if k not in REASONING_FIELDS}
 
 
-def _results(message: dict[str, Any]) -> list[dict[str, Any]]:
+def tool_results_for(message: dict[str, Any]) -> list[dict[str, Any]]:
     return [
         {"role": "tool", "tool_call_id": c["id"], "content": "hello"} for c in message["tool_calls"]
     ]
 
 
-def _client(base_url: str, key: str = "sk-test", **kwargs: Any) -> openai.OpenAI:
+def openai_client(base_url: str, key: str = "sk-test", **kwargs: Any) -> openai.OpenAI:
     return openai.OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=60, **kwargs)
 
 
@@ -248,9 +254,11 @@ def _run_turn(client: openai.OpenAI, model: str, messages: list[dict[str, Any]],
     raise AssertionError("no text answer after 5 steps")
 
 
-def _openai_flow(base_url: str, provider: Provider, mode: str, key: str = "sk-test") -> list[str]:
+def run_openai_flow(
+    base_url: str, provider: Provider, mode: str, key: str = "sk-test"
+) -> list[str]:
     """Turn 0 (three steps), a new question, turn 1 (a tool step, then text)."""
-    client = _client(base_url, key)
+    client = openai_client(base_url, key)
     messages: list[dict[str, Any]] = [{"role": "user", "content": QUESTIONS[0]}]
     texts = [_run_turn(client, provider.model, messages, mode)]
     messages.append({"role": "user", "content": QUESTIONS[1]})
@@ -258,5 +266,5 @@ def _openai_flow(base_url: str, provider: Provider, mode: str, key: str = "sk-te
     return texts
 
 
-def _call(call_id: str, name: str = "read_file") -> dict[str, Any]:
+def tool_call(call_id: str, name: str = "read_file") -> dict[str, Any]:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": "{}"}}

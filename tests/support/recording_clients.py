@@ -1,10 +1,8 @@
 """Clients of a recording or replaying proxy: raw httpx and the OpenAI Python SDK asking for a
-transcript's model (with the transcript's request fields), the recordings/ corpus, and a bounded
-wait for a condition such as a cassette appearing."""
+transcript's model (with the transcript's request fields) and the recordings/ corpus."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +18,6 @@ ROOT = Path(__file__).resolve().parents[2]
 RECORDINGS = ROOT / "recordings"
 API_KEY = "sk-test-round-trip"
 USER = [{"role": "user", "content": "go"}]
-
-
-def wait_for(condition: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.01)
 
 
 def sdk_fields(transcript: str) -> dict[str, Any]:

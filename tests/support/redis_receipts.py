@@ -7,7 +7,6 @@ names contain "gemini", so Google's rules apply to a 127.0.0.1 upstream.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import httpx
@@ -17,6 +16,7 @@ import redis
 from proxy.repair.conformance import violations
 from tests.support.fake_upstream import FakeUpstream, load_transcript
 from tests.support.redis_server import RedisServer
+from tests.support.waiting import wait_until
 
 CALL_TRANSCRIPT = "gemini_indexless_call_stop"
 FOLLOW_UP_MODEL = "gemini_text_thought_signature"  # any transcript, so the fake answers
@@ -93,11 +93,14 @@ def redis_keys(server: RedisServer) -> list[bytes]:
 
 def wait_for_receipts(server: RedisServer, at_least: int = 1) -> list[bytes]:
     """Poll Redis until the exchange's receipts have landed (bounded by WRITE_WAIT)."""
-    deadline = time.monotonic() + WRITE_WAIT
-    while True:
-        keys = redis_keys(server)
-        if len(keys) >= at_least:
-            return keys
-        if time.monotonic() > deadline:
-            pytest.fail(f"no receipt reached Redis within {WRITE_WAIT}s (keys: {keys})")
-        time.sleep(0.05)
+    keys: list[bytes] = []
+
+    def landed() -> bool:
+        keys[:] = redis_keys(server)
+        return len(keys) >= at_least
+
+    try:
+        wait_until(landed, f"{at_least} receipt key(s) in Redis", WRITE_WAIT, interval=0.05)
+    except AssertionError as timed_out:
+        pytest.fail(f"{timed_out} (keys: {keys})")
+    return keys

@@ -12,7 +12,6 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.servers import free_port
+from tests.support.waiting import wait_until
 
 MISSING_MESSAGE = (
     "redis-server is not installed, and the Redis receipt-store tests need a real one: "
@@ -115,15 +115,20 @@ class RedisServer:
             self.process = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
             )
-        deadline = time.monotonic() + self.startup_timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                return False  # exited: most likely the port was taken
-            if self.ping():
-                return True
-            time.sleep(0.02)
-        self.stop()
-        return False
+        exited = False
+
+        def answered() -> bool:
+            nonlocal exited
+            exited = self.process.poll() is not None
+            return exited or self.ping()
+
+        what = f"redis-server to answer PING on 127.0.0.1:{self.port}"
+        try:
+            wait_until(answered, what, self.startup_timeout, interval=0.02)
+        except AssertionError:
+            self.stop()
+            return False
+        return not exited  # exited: most likely the port was taken
 
     def _log_tail(self, lines: int = 20) -> str:
         try:

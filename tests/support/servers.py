@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import uvicorn
+
+from tests.support.waiting import wait_until
 
 
 def free_port() -> int:
@@ -59,11 +60,15 @@ def serving_config_in_thread(
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
     thread.start()
-    deadline = time.monotonic() + startup_timeout
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
+
+    def started() -> bool:
+        if server.started:
+            return True
+        if not thread.is_alive():
             raise RuntimeError(f"uvicorn did not start on port {port}")
-        time.sleep(0.01)
+        return False
+
+    wait_until(started, f"uvicorn to start on port {port}", startup_timeout)
     try:
         yield Served(f"http://127.0.0.1:{port}", server)
     finally:

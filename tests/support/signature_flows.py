@@ -54,10 +54,10 @@ def gemini_behind_proxy(
         yield fake, f"{root}/v1beta/openai", f"{proxy}/v1"
 
 
-def _post(base_url: str, body: dict[str, Any], key: str = "k") -> httpx.Response:
+def post_chat(base_url: str, body: dict[str, Any], key: str = "k") -> httpx.Response:
     headers = {"authorization": f"Bearer {key}"}
     return httpx.post(f"{base_url}/chat/completions", json=body, headers=headers, timeout=30)
 
 
-def _stripped(call: dict[str, Any]) -> dict[str, Any]:
+def without_extra_content(call: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in call.items() if k != "extra_content"}

@@ -18,8 +18,8 @@ from tests.support.gemini_upstream import (
 from tests.support.signature_flows import (
     FINAL_TEXT,
     MODEL,
-    _post,
-    _stripped,
+    post_chat,
+    without_extra_content,
 )
 
 
@@ -27,7 +27,7 @@ def test_fake_enforces_the_signature_rule_without_proxy() -> None:
     with running_gemini_upstream(THREE_STEPS) as (fake, root):
         base = f"{root}/v1beta/openai"
         user = {"role": "user", "content": "read a.txt"}
-        first = _post(base, {"model": MODEL, "messages": [user]})
+        first = post_chat(base, {"model": MODEL, "messages": [user]})
         assert first.status_code == 200, first.text
         message = first.json()["choices"][0]["message"]
         assert first.json()["choices"][0]["finish_reason"] == "tool_calls"
@@ -36,8 +36,8 @@ def test_fake_enforces_the_signature_rule_without_proxy() -> None:
         result = {"role": "tool", "tool_call_id": call["id"], "content": "hello"}
 
         # Dropped signature: Gemini's 400, naming the call and its position.
-        unsigned = {"role": "assistant", "tool_calls": [_stripped(call)]}
-        response = _post(base, {"model": MODEL, "messages": [user, unsigned, result]})
+        unsigned = {"role": "assistant", "tool_calls": [without_extra_content(call)]}
+        response = post_chat(base, {"model": MODEL, "messages": [user, unsigned, result]})
         assert response.status_code == 400
         assert response.json() == [
             {
@@ -56,12 +56,14 @@ def test_fake_enforces_the_signature_rule_without_proxy() -> None:
                 "role": "assistant",
                 "tool_calls": [{**call, "extra_content": {"google": {"thought_signature": wrong}}}],
             }
-            response = _post(base, {"model": MODEL, "messages": [user, forged, result]})
+            response = post_chat(base, {"model": MODEL, "messages": [user, forged, result]})
             assert response.status_code == 400
             assert response.json()[0]["error"]["message"] == CORRUPTED_SIGNATURE_MESSAGE
 
         # Another credential's signature: corrupted too (signatures are bound to the client).
-        response = _post(base, {"model": MODEL, "messages": [user, message, result]}, key="other")
+        response = post_chat(
+            base, {"model": MODEL, "messages": [user, message, result]}, key="other"
+        )
         assert response.status_code == 400
         assert response.json()[0]["error"]["message"] == CORRUPTED_SIGNATURE_MESSAGE
 
@@ -72,8 +74,10 @@ def test_fake_enforces_the_signature_rule_without_proxy() -> None:
                 {**call, "extra_content": {"google": {"thought_signature": DUMMY_SIGNATURE}}}
             ],
         }
-        assert _post(base, {"model": MODEL, "messages": [user, dummy, result]}).status_code == 200
-        ok = _post(base, {"model": MODEL, "messages": [user, message, result]})
+        assert (
+            post_chat(base, {"model": MODEL, "messages": [user, dummy, result]}).status_code == 200
+        )
+        ok = post_chat(base, {"model": MODEL, "messages": [user, message, result]})
         assert ok.status_code == 200, ok.text
         parallel = ok.json()["choices"][0]["message"]["tool_calls"]
         assert [c["function"]["name"] for c in parallel] == ["read_file", "list_dir"]
@@ -82,7 +86,7 @@ def test_fake_enforces_the_signature_rule_without_proxy() -> None:
 
         # An older turn is not validated: a new user message makes the unsigned step history.
         later = [user, unsigned, result, {"role": "assistant", "content": "done"}, user]
-        assert _post(base, {"model": MODEL, "messages": later}).status_code == 200
+        assert post_chat(base, {"model": MODEL, "messages": later}).status_code == 200
         assert fake.rejections == 4
 
 
@@ -104,7 +108,7 @@ def test_fake_streams_like_gemini() -> None:
         }
         result = {"role": "tool", "tool_call_id": "elsewhere", "content": "x"}
         body = {"model": MODEL, "stream": True, "messages": [user, dummy, result]}
-        response = _post(base, body)
+        response = post_chat(base, body)
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
         events = [e for e in response.text.split("\n\n") if e]
@@ -125,7 +129,7 @@ def test_fake_streams_like_gemini() -> None:
             {"role": "assistant", "tool_calls": calls},
             *({"role": "tool", "tool_call_id": c["id"], "content": "x"} for c in calls),
         ]
-        response = _post(base, body)
+        response = post_chat(base, body)
         chunks = [json.loads(e[6:]) for e in response.text.split("\n\n") if e and e[6:] != "[DONE]"]
         text = "".join(ch["choices"][0]["delta"].get("content") or "" for ch in chunks)
         assert text == FINAL_TEXT["three-step"]
@@ -142,8 +146,8 @@ def test_fake_fixed_ids() -> None:
     with running_gemini_upstream(THREE_STEPS, fixed_ids=ids) as (fake, root):
         base = f"{root}/v1beta/openai"
         body = {"model": MODEL, "messages": [{"role": "user", "content": "go"}]}
-        one = _post(base, body, key="k1").json()["choices"][0]["message"]["tool_calls"][0]
-        two = _post(base, body, key="k2").json()["choices"][0]["message"]["tool_calls"][0]
+        one = post_chat(base, body, key="k1").json()["choices"][0]["message"]["tool_calls"][0]
+        two = post_chat(base, body, key="k2").json()["choices"][0]["message"]["tool_calls"][0]
         assert one["id"] == two["id"] == "fixed-0-0"
         assert signature_of(one) != signature_of(two)
         assert fake.signature_for("fixed-0-0", "Bearer k1") == signature_of(one)

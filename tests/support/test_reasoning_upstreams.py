@@ -18,10 +18,10 @@ from tests.support.reasoning_flows import (
     DEEPSEEK,
     FINAL_TEXTS,
     OPENROUTER,
-    _post,
-    _results,
-    _stripped,
+    post_chat,
     rejection_reasons,
+    tool_results_for,
+    without_reasoning,
 )
 from tests.support.reasoning_upstreams import (
     OPENROUTER_MISSING_MESSAGE,
@@ -34,7 +34,7 @@ def test_deepseek_fake_enforces_its_rule() -> None:
     with running_deepseek_upstream() as (fake, root):
         base = f"{root}/v1"
         user = {"role": "user", "content": "read a.txt"}
-        first = _post(base, {"model": DEEPSEEK.model, "messages": [user]})
+        first = post_chat(base, {"model": DEEPSEEK.model, "messages": [user]})
         assert first.status_code == 200, first.text
         (choice,) = first.json()["choices"]
         assert choice["finish_reason"] == "tool_calls"
@@ -44,10 +44,10 @@ def test_deepseek_fake_enforces_its_rule() -> None:
         assert message["reasoning_content"] == fake.receipt_for([call["id"]]) != ""
 
         def ask(history: list[dict[str, Any]], key: str = "k") -> httpx.Response:
-            return _post(base, {"model": DEEPSEEK.model, "messages": history}, key)
+            return post_chat(base, {"model": DEEPSEEK.model, "messages": history}, key)
 
         # Dropped: DeepSeek's 400, word for word.
-        response = ask([user, _stripped(message), *_results(message)])
+        response = ask([user, without_reasoning(message), *tool_results_for(message)])
         assert response.status_code == 400
         assert response.json() == {
             "error": {
@@ -60,32 +60,32 @@ def test_deepseek_fake_enforces_its_rule() -> None:
         }
         # Altered, empty, or another credential's: rejected too.
         altered = {**message, "reasoning_content": message["reasoning_content"] + " "}
-        assert ask([user, altered, *_results(message)]).status_code == 400
+        assert ask([user, altered, *tool_results_for(message)]).status_code == 400
         emptied = {**message, "reasoning_content": ""}
-        assert ask([user, emptied, *_results(message)]).status_code == 400
-        assert ask([user, message, *_results(message)], key="other").status_code == 400
+        assert ask([user, emptied, *tool_results_for(message)]).status_code == 400
+        assert ask([user, message, *tool_results_for(message)], key="other").status_code == 400
         assert rejection_reasons(fake) == ["missing", "altered", "altered", "unknown"]
 
         # Sent back exactly: accepted; the next step is the parallel batch.
-        ok = ask([user, message, *_results(message)])
+        ok = ask([user, message, *tool_results_for(message)])
         assert ok.status_code == 200, ok.text
         parallel = ok.json()["choices"][0]["message"]
         assert [c["function"]["name"] for c in parallel["tool_calls"]] == ["read_file", "list_dir"]
         assert [c["id"][:8] for c in parallel["tool_calls"]] == ["call_00_", "call_01_"]
 
         # Text turns: their reasoning is ignored (absent, or anything at all).
-        history = [user, message, *_results(message), parallel, *_results(parallel)]
+        history = [user, message, *tool_results_for(message), parallel, *tool_results_for(parallel)]
         text = ask(history).json()["choices"][0]["message"]
         assert text["content"] == FINAL_TEXTS[0]
         assert text["reasoning_content"]
-        for variant in (_stripped(text), {**text, "reasoning_content": "made up"}):
+        for variant in (without_reasoning(text), {**text, "reasoning_content": "made up"}):
             later = [*history, variant, {"role": "user", "content": "now read c.txt"}]
             assert ask(later).status_code == 200
         # A tool turn is checked in every later request, also after a new user question.
         later = [
             user,
-            _stripped(message),
-            *_results(message),
+            without_reasoning(message),
+            *tool_results_for(message),
             text,
             {"role": "user", "content": "?"},
         ]
@@ -100,7 +100,7 @@ def test_deepseek_fake_streams_like_deepseek() -> None:
             "stream": True,
             "messages": [{"role": "user", "content": "go"}],
         }
-        response = _post(f"{root}/v1", body)
+        response = post_chat(f"{root}/v1", body)
         assert response.headers["content-type"].startswith("text/event-stream")
         events = [e for e in response.text.split("\n\n") if e]
         assert events[-1] == "data: [DONE]"
@@ -129,7 +129,7 @@ def test_openrouter_fake_enforces_its_rule() -> None:
         base = f"{root}/api/v1"
         model = OPENROUTER.model
         user = {"role": "user", "content": "read a.txt"}
-        first = _post(base, {"model": model, "messages": [user]})
+        first = post_chat(base, {"model": model, "messages": [user]})
         assert first.status_code == 200, first.text
         message = first.json()["choices"][0]["message"]
         details = message["reasoning_details"]
@@ -140,9 +140,9 @@ def test_openrouter_fake_enforces_its_rule() -> None:
         assert details == fake.receipt_for([message["tool_calls"][0]["id"]])
 
         def ask(history: list[dict[str, Any]], key: str = "k") -> httpx.Response:
-            return _post(base, {"model": model, "messages": history}, key)
+            return post_chat(base, {"model": model, "messages": history}, key)
 
-        response = ask([user, _stripped(message), *_results(message)])
+        response = ask([user, without_reasoning(message), *tool_results_for(message)])
         assert response.status_code == 400
         assert response.json() == {"error": {"message": OPENROUTER_MISSING_MESSAGE, "code": 400}}
         assert response.json()["error"]["message"].startswith(
@@ -153,20 +153,20 @@ def test_openrouter_fake_enforces_its_rule() -> None:
         changed["reasoning_details"][1]["data"] = "x" + details[1]["data"]
         dropped = {**message, "reasoning_details": details[:1]}
         for wrong in (reordered, changed, dropped):
-            response = ask([user, wrong, *_results(message)])
+            response = ask([user, wrong, *tool_results_for(message)])
             assert response.status_code == 400
             assert "Corrupted thought signature." in response.json()["error"]["metadata"]["raw"]
-        assert ask([user, message, *_results(message)], key="other").status_code == 400
+        assert ask([user, message, *tool_results_for(message)], key="other").status_code == 400
         assert rejection_reasons(fake) == ["missing", "altered", "altered", "altered", "unknown"]
 
-        ok = ask([user, message, *_results(message)])
+        ok = ask([user, message, *tool_results_for(message)])
         assert ok.status_code == 200, ok.text
         parallel = ok.json()["choices"][0]["message"]
-        history = [user, message, *_results(message), parallel, *_results(parallel)]
+        history = [user, message, *tool_results_for(message), parallel, *tool_results_for(parallel)]
         text = ask(history).json()["choices"][0]["message"]
         assert text["content"] == FINAL_TEXTS[0]
         # Text answers carry details too, and need them back.
-        later = [*history, _stripped(text), {"role": "user", "content": "now read c.txt"}]
+        later = [*history, without_reasoning(text), {"role": "user", "content": "now read c.txt"}]
         assert ask(later).status_code == 400
         later[-2] = text
         assert ask(later).status_code == 200
@@ -182,7 +182,7 @@ def test_openrouter_fake_streams_pieces_that_merge_into_the_array() -> None:
             "stream": True,
             "messages": [{"role": "user", "content": "go"}],
         }
-        response = _post(f"{root}/api/v1", body)
+        response = post_chat(f"{root}/api/v1", body)
         assert response.text.startswith(": OPENROUTER PROCESSING\n\n")
         events = [e for e in response.text.split("\n\n") if e.startswith("data: ")]
         assert events[-1] == "data: [DONE]"

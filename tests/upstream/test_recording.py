@@ -39,8 +39,8 @@ from tests.support.recording_clients import (
     sdk_fields,
     sdk_stream,
     upstream_bytes,
-    wait_for,
 )
+from tests.support.waiting import wait_until
 
 # ── record, then replay, through real clients ────────────────────────────────
 
@@ -186,7 +186,7 @@ def test_cassettes_hold_no_credentials(tmp_path: Path) -> None:
         refused = {"model": "error_openai_429", "messages": USER, "stream": True}
         assert client.post("/v1/chat/completions", params=query, json=refused).status_code == 429
         assert client.get("/v1/models", params=query).status_code == 200
-        wait_for(lambda: len(list(tmp_path.glob("*.json"))) == 4)
+        wait_until(lambda: len(list(tmp_path.glob("*.json"))) == 4, "4 cassettes", timeout=10.0)
         # The credentials did travel: the upstream got every one of them.
         arrived = fake.requests[-1]
         assert arrived.headers["authorization"] == SECRET_HEADERS["authorization"]
@@ -265,7 +265,7 @@ def test_recording_keeps_the_upstream_chunk_boundaries(tmp_path: Path) -> None:
     ):
         status, _, body = raw_stream(proxy, transcript)
         assert status == 200 and violations(body) == []
-        wait_for(lambda: len(list(tmp_path.glob("*.json"))) == 1)
+        wait_until(lambda: len(list(tmp_path.glob("*.json"))) == 1, "1 cassette", timeout=10.0)
         sent = fake._pieces(load_transcript(transcript))
     [path] = tmp_path.glob("*.json")
     cassette = Cassette.load(path)

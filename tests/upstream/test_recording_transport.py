@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import ast
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +34,7 @@ from proxy.upstream.recording import RecordingTransport, ReplayTransport
 from proxy.upstream.transports import upstream_transport
 from tests.support.fake_upstream import running_fake_upstream
 from tests.support.proxies import running_proxy
+from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 USER = [{"role": "user", "content": "go"}]
@@ -44,13 +44,6 @@ TIMEOUT = 5.0
 
 def cassettes(directory: Path) -> list[Path]:
     return sorted(directory.glob("*.json"))
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.01)
 
 
 def stream_chat(client: httpx.Client, model: str = STREAMED) -> bytes:
@@ -123,7 +116,7 @@ def test_every_kind_of_exchange_is_recorded_with_what_the_client_got(
     refused = client.post("/v1/chat/completions", json=limited)
     models = client.get("/v1/models")
     assert (answered.status_code, refused.status_code, models.status_code) == (200, 429, 200)
-    wait_for(lambda: len(cassettes(directory)) == 4)
+    wait_until(lambda: len(cassettes(directory)) == 4, "4 cassettes", timeout=10.0)
 
     names = [path.name for path in cassettes(directory)]
     assert names == [
@@ -155,8 +148,8 @@ def test_a_stream_the_client_leaves_is_still_recorded(tmp_path: Path) -> None:
         ):
             first = next(response.iter_raw())
         # The proxy's stream is cancelled when the client goes; its close still saves.
-        wait_for(lambda: len(cassettes(directory)) == 1)
-        wait_for(lambda: fake.open_streams == 0)
+        wait_until(lambda: len(cassettes(directory)) == 1, "1 cassette", timeout=10.0)
+        wait_until(lambda: fake.open_streams == 0, "the upstream stream to close", timeout=10.0)
     [cassette] = [Cassette.load(path) for path in cassettes(directory)]
     assert cassette.client_body.startswith(first)
     assert b"[DONE]" not in cassette.client_body
@@ -181,7 +174,7 @@ def test_a_slow_disk_does_not_stall_the_proxy(
         assert not release.is_set() and cassettes(directory) == []
     finally:
         release.set()
-    wait_for(lambda: len(cassettes(directory)) == 2)
+    wait_until(lambda: len(cassettes(directory)) == 2, "2 cassettes", timeout=10.0)
     assert [Cassette.load(p).client_body for p in cassettes(directory)] == [first, second]
 
 

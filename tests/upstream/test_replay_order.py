@@ -23,7 +23,6 @@ with its own store (`pytest-xdist`); every way gives the client the same bytes a
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -43,6 +42,7 @@ from proxy.upstream.cassettes import Cassette, Chunk, canonical_request, proxy_w
 from proxy.upstream.recording import ReplayTransport
 from tests.support.gemini_upstream import TOOL_SCHEMAS, TWO_STEPS, running_gemini_upstream
 from tests.support.proxies import running_proxy
+from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDINGS = ROOT / "recordings"
@@ -275,10 +275,7 @@ def gemini_flow(request: pytest.FixtureRequest, tmp_path_factory: Any) -> Conver
 
 def _wait_for_files(directory: Path, count: int, timeout: float = 10.0) -> None:
     """Cassettes are written when each exchange is over, just after the client has it."""
-    deadline = time.monotonic() + timeout
-    while len(list(directory.glob("*.json"))) < count:
-        assert time.monotonic() < deadline, "cassettes not written in time"
-        time.sleep(0.01)
+    wait_until(lambda: len(list(directory.glob("*.json"))) >= count, f"{count} cassettes", timeout)
 
 
 def recorded(conversation: Conversation) -> list[Cassette]:

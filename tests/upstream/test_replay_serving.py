@@ -31,9 +31,9 @@ from tests.support.recording_clients import (
     raw_stream,
     sdk,
     upstream_bytes,
-    wait_for,
 )
 from tests.support.servers import free_port
+from tests.support.waiting import wait_until
 
 # ── --replay-timing, serve --record, through the command line ────────────────
 
@@ -51,19 +51,17 @@ def serving(*args: str) -> Iterator[str]:
         stderr=subprocess.PIPE,
     )
     url = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        if process.poll() is not None:
+            raise RuntimeError(f"streamfix serve exited: {process.stderr.read().decode()}")
+        try:
+            return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"streamfix serve exited: {process.stderr.read().decode()}")
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("streamfix serve did not come up within 20 s")
-            time.sleep(0.05)
+        wait_until(healthy, f"streamfix serve to answer {url}/healthz", timeout=20, interval=0.05)
         yield url
     finally:
         process.terminate()
@@ -102,7 +100,7 @@ def test_serve_record_writes_a_cassette_per_exchange(tmp_path: Path) -> None:
         with serving("--upstream", upstream, "--record", str(tmp_path)) as url:
             status, _, body = raw_stream(url, "vertex_jumping_index")
             assert status == 200
-            wait_for(lambda: len(list(tmp_path.glob("*.json"))) == 1)
+            wait_until(lambda: len(list(tmp_path.glob("*.json"))) == 1, "1 cassette", timeout=10.0)
     [path] = tmp_path.glob("*.json")
     assert path.name == "0001-vertex_jumping_index-stream-200.json"
     cassette = Cassette.load(path)
