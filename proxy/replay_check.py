@@ -46,10 +46,14 @@ def settings_for(cassette: Cassette, settings: Settings) -> Settings:
 
 
 async def replayed(
-    cassette: Cassette, settings: Settings, chain_factory: ChainFactory = default_chain
+    cassette: Cassette,
+    settings: Settings,
+    chain_factory: ChainFactory = default_chain,
+    credential: str | None = None,
 ) -> httpx.Response:
     """The client's response when the cassette's request goes through a proxy whose upstream
-    answers with the cassette's bytes; the body is read in full."""
+    answers with the cassette's bytes; the body is read in full. Cassettes hold no credential,
+    so a replay has no tenant and keeps no receipts, unless `credential` gives it one."""
     transport = ReplayTransport([cassette], settings.upstream.base_url)
     app = create_app(settings, transport=transport, chain_factory=chain_factory)
     async with app.router.lifespan_context(app):
@@ -61,9 +65,13 @@ async def replayed(
                 cassette.method,
                 f"/v1/{cassette.path}",
                 params=cassette.query or None,
-                headers=cassette.request_headers,
+                headers=_with_credential(cassette.request_headers, credential),
                 content=cassette.request_body,
             )
+
+
+def _with_credential(headers: dict[str, str], credential: str | None) -> dict[str, str]:
+    return {**headers, "authorization": f"Bearer {credential}"} if credential else headers
 
 
 async def check_cassette(path: Path, settings: Settings) -> CassetteResult:

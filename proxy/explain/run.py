@@ -71,6 +71,10 @@ def load(path: Path) -> Cassette:
         raise Unreadable(f"{path}: not a readable cassette ({exc})") from exc
 
 
+EXPLAIN_TENANT = "streamfix-explain"
+"""The credential explain presents: never sent anywhere (the upstream is the cassette)."""
+
+
 async def explain(path: Path, settings: Settings) -> Explanation:
     cassette = load(path)
     chains: list[AttributingChain] = []
@@ -82,7 +86,9 @@ async def explain(path: Path, settings: Settings) -> Explanation:
         chains.append(chain)
         return chain
 
-    response = await replayed(cassette, settings_for(cassette, settings), attributing)
+    # A made-up tenant, so the receipt repair shows what it would capture and strip.
+    settings = settings_for(cassette, settings)
+    response = await replayed(cassette, settings, attributing, credential=EXPLAIN_TENANT)
     chain = chains[0] if chains else None
     result = Explanation(path.name, response.status_code, _mode(cassette, response, chain))
     if chain is None:  # refused before any repair ran
