@@ -10,6 +10,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from proxy.server.delivery import REPAIRS_HEADER
 from proxy.server.errors import error_response
 from proxy.server.paths import decoded, normalised
 
@@ -35,6 +36,7 @@ class StreamfixApp(Starlette):
                 scope["app"] = self
                 await self._hot(scope, receive, send)
                 return
+            send = _with_repairs_header(send)
         await super().__call__(scope, receive, send)
 
     async def _hot(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -48,7 +50,22 @@ class StreamfixApp(Starlette):
             response = error_response(
                 500, "streamfix failed to handle the request", "server_error", "internal_error"
             )
+            response.raw_headers.append((REPAIRS_HEADER, b"none"))
         await response(scope, receive, send)
+
+
+def _with_repairs_header(send: Send) -> Send:
+    """Every response says what the proxy changed: the exchanges say it themselves, and the
+    rest (health, metrics, a 404) changed nothing."""
+
+    async def sending(message: dict) -> None:
+        if message["type"] == "http.response.start":
+            headers = message.get("headers") or []
+            if not any(name.lower() == REPAIRS_HEADER for name, _ in headers):
+                message = {**message, "headers": [*headers, (REPAIRS_HEADER, b"none")]}
+        await send(message)
+
+    return sending
 
 
 def _normalised(scope: Scope) -> Scope:

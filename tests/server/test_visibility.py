@@ -129,3 +129,22 @@ def test_every_line_of_a_served_proxy_carries_the_proxys_own_logger_name() -> No
     names = [line.split()[3] for line in proxy.stderr_lines() if len(line.split()) > 3]
     assert names and all(name.startswith("proxy.") for name in names), proxy.stderr
     assert "uvicorn.error" not in proxy.stderr
+
+
+def test_every_response_says_what_the_proxy_changed() -> None:
+    with (
+        running_fake_upstream() as (_, root),
+        serve_in_thread(
+            create_app(Settings().with_values({"upstream.base_url": f"{root}/v1"}))
+        ) as proxy,
+    ):
+        responses = [
+            httpx.get(f"{proxy}/healthz"),
+            httpx.get(f"{proxy}/readyz"),
+            httpx.get(f"{proxy}/metrics"),
+            httpx.get(f"{proxy}/no/such/route"),
+            httpx.get(f"{proxy}/v1/models"),
+            httpx.post(f"{proxy}/v1/chat/completions", content=b"{not json"),
+        ]
+    for response in responses:
+        assert response.headers.get_list("x-streamfix-repairs") == ["none"], response.url
