@@ -31,7 +31,7 @@ import openai
 import pytest
 
 from tests.clients.vercel import SDK_VERSIONS, run_vercel
-from tests.support.fake_upstream import load_transcript, transcript_names
+from tests.support.fake_upstream import load_transcript, sdk_kwargs, transcript_names
 
 UPSTREAM_PREFIXES = (
     *("gemini_", "vertex_", "vllm_", "openai_", "kimi_"),
@@ -52,9 +52,6 @@ NOT_REPAIRABLE_INCREMENTALLY = {"vllm_args_tail_under_next_index"}
 GENERATED_ID = re.compile(r"call_[0-9a-f]{24}")
 
 MESSAGES = [{"role": "user", "content": "go"}]
-
-# Request fields of a transcript that are passed on as SDK keyword arguments.
-REQUEST_KWARGS = ("tools", "tool_choice", "n", "parallel_tool_calls", "stream_options")
 
 VERCEL_SDKS = sorted(SDK_VERSIONS)
 EMITS = ("atomic", "incremental")
@@ -94,17 +91,6 @@ def request_of(name: str) -> dict[str, Any]:
 
 def expected_choices(name: str) -> list[dict[str, Any]]:
     return load_transcript(name).meta["expect"]["choices"]
-
-
-def sdk_kwargs(name: str) -> dict[str, Any]:
-    """The transcript's request as OpenAI SDK keyword arguments (n, tool_choice, ... if set)."""
-    request = request_of(name)
-    kwargs = {key: request[key] for key in REQUEST_KWARGS if request.get(key) is not None}
-    if not kwargs.get("tools"):
-        kwargs.pop("tools", None)
-    if request.get("extra_body"):
-        kwargs["extra_body"] = request["extra_body"]
-    return kwargs
 
 
 def vercel_tools(name: str) -> list[dict[str, Any]]:

@@ -7,7 +7,6 @@ break without the behaviour it checks.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import httpx
@@ -15,36 +14,10 @@ import pytest
 
 from proxy.server.app import create_app
 from proxy.settings.schema import Settings
+from tests.support.chat_requests import CLIENT_TIMEOUT, chat
 from tests.support.fake_upstream import FakeUpstream
-from tests.support.servers import serving_in_thread
+from tests.support.servers import OnLoop, serving_in_thread
 from tests.support.waiting import wait_until
-
-CLIENT_TIMEOUT = httpx.Timeout(10.0)
-
-
-def chat(model: str, **extra: Any) -> dict[str, Any]:
-    return {"model": model, "messages": [{"role": "user", "content": "go"}], **extra}
-
-
-class LoopProbe:
-    """ASGI wrapper that notes the event loop the app runs on (the proxy's uvicorn thread has
-    its own), so a test can count that loop's tasks from the outside."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-        self.loop: asyncio.AbstractEventLoop | None = None
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        self.loop = asyncio.get_running_loop()
-        await self.app(scope, receive, send)
-
-    def task_count(self) -> int:
-        assert self.loop is not None
-
-        async def count() -> int:
-            return len(asyncio.all_tasks()) - 1  # minus this one
-
-        return asyncio.run_coroutine_threadsafe(count(), self.loop).result(timeout=2)
 
 
 @pytest.mark.parametrize(
@@ -68,7 +41,7 @@ def test_client_disconnect_closes_the_upstream_and_leaves_nothing_behind(
     )
     with serving_in_thread(fake.app) as upstream:
         settings = settings.with_values({"upstream.base_url": f"{upstream.url}/v1"})
-        probe = LoopProbe(create_app(settings))
+        probe = OnLoop(create_app(settings))
         with serving_in_thread(probe) as proxy:
             proxy_state = proxy.server.server_state
             upstream_state = upstream.server.server_state

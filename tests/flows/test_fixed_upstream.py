@@ -16,14 +16,11 @@ import httpx
 import orjson
 import pytest
 
+from tests.support.chat_requests import chat
 from tests.support.fake_upstream import running_fake_upstream
 from tests.support.proxies import running_proxy
 
 TIMEOUT = httpx.Timeout(10.0)
-
-
-def chat(model: str, **extra: Any) -> dict[str, Any]:
-    return {"model": model, "messages": [{"role": "user", "content": "go"}], **extra}
 
 
 def raw_http(url: str, request: bytes) -> bytes:

@@ -13,12 +13,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import httpx
 import pytest
 
 from proxy.repair.conformance import stream_chunks, violations
+from tests.support.chat_requests import CLIENT_TIMEOUT, chat
 from tests.support.fake_upstream import running_fake_upstream
 from tests.support.proxies import running_proxy
 from tests.support.raw_upstream import (
@@ -34,11 +34,17 @@ from tests.support.raw_upstream import (
 )
 from tests.support.waiting import wait_until
 
-CLIENT_TIMEOUT = httpx.Timeout(10.0)
 
-
-def chat(model: str, **extra: Any) -> dict[str, Any]:
-    return {"model": model, "messages": [{"role": "user", "content": "go"}], **extra}
+def streamed_through_proxy(content_type: str | None, parts: list[bytes]) -> httpx.Response:
+    """A stream request through the proxy to a raw upstream that answers `parts` as a chunked
+    body of `content_type`."""
+    with (
+        raw_upstream(Reply(pieces=chunked(content_type, parts))) as upstream,
+        running_proxy(f"{upstream.url}/v1") as proxy,
+    ):
+        return httpx.post(
+            f"{proxy}/v1/chat/completions", json=chat("m", stream=True), timeout=CLIENT_TIMEOUT
+        )
 
 
 # ── what is not a chat chunk passes through ──────────────────────────────────
@@ -78,15 +84,7 @@ def test_events_that_are_not_chat_chunks_pass_through_and_the_stream_goes_on() -
     # typed events would be fed to the repairs as chunks (or re-encoded), and the stream would
     # end early; the call after them must still be repaired (index 0, finish "tool_calls").
     events = tool_call_stream(PASSTHROUGH_EVENTS)
-    with (
-        raw_upstream(Reply(pieces=chunked("text/event-stream", events))) as upstream,
-        running_proxy(f"{upstream.url}/v1") as proxy,
-    ):
-        response = httpx.post(
-            f"{proxy}/v1/chat/completions",
-            json=chat("m", stream=True),
-            timeout=CLIENT_TIMEOUT,
-        )
+    response = streamed_through_proxy("text/event-stream", events)
     assert response.status_code == 200
     body = response.content
     position = 0
@@ -129,15 +127,7 @@ def test_non_sse_body_on_a_stream_request_passes_through_untouched(
 ) -> None:
     # Without the `not is_sse` check the body would go through the SSE decoder: the JSON would
     # come back as nothing (no blank line ends an event) or with a `[DONE]` appended.
-    with (
-        raw_upstream(Reply(pieces=chunked(content_type, parts))) as upstream,
-        running_proxy(f"{upstream.url}/v1") as proxy,
-    ):
-        response = httpx.post(
-            f"{proxy}/v1/chat/completions",
-            json=chat("m", stream=True),
-            timeout=CLIENT_TIMEOUT,
-        )
+    response = streamed_through_proxy(content_type, parts)
     assert response.status_code == 200
     assert response.content == b"".join(parts)
     if content_type:

@@ -12,12 +12,12 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 from proxy.server.logs import JsonFormatter
+from tests.support.chat_requests import chat
 from tests.support.fake_upstream import running_fake_upstream
 from tests.support.proxies import running_proxy
 from tests.support.servers import free_port
@@ -29,10 +29,6 @@ PROXY_KEY = "sfx-test-PROXY-52be11a0c3d8"
 CLIENT_KEY = "sk-test-CLIENT-0b9e6a4f1d27"
 QUERY_KEY = "sk-test-CLIENT-QUERY-83c5e2"
 TEST_KEYS = (UPSTREAM_KEY, PROXY_KEY, CLIENT_KEY, QUERY_KEY)
-
-
-def chat(model: str, **extra: Any) -> dict[str, Any]:
-    return {"model": model, "messages": [{"role": "user", "content": "go"}], **extra}
 
 
 class Capture(logging.Handler):

@@ -26,14 +26,10 @@ from tests.clients.vercel import VercelDriverError, run_vercel_agent
 from tests.support.reasoning_flows import (
     DEEPSEEK,
     FINAL_TEXTS,
-    OPENAI_MODES,
     OPENROUTER,
     PROVIDERS,
     QUESTIONS,
     STEP_COUNTS,
-    TOOL_RESULTS,
-    VERCEL_SDKS,
-    VERCEL_TOOLS,
     Provider,
     assert_last_request_complete,
     assert_receipts_returned,
@@ -49,6 +45,7 @@ from tests.support.reasoning_upstreams import (
     running_deepseek_upstream,
     running_openrouter_upstream,
 )
+from tests.support.sdk_agent import OPENAI_MODES, TOOL_RESULTS, VERCEL_SDKS, VERCEL_TOOLS
 
 
 @pytest.mark.parametrize("mode", OPENAI_MODES)

@@ -20,7 +20,6 @@ from tests.support.fake_upstream import running_fake_upstream
 from tests.support.proxies import running_proxy
 from tests.support.reasoning_flows import (
     DEEPSEEK,
-    OPENAI_TOOLS,
     OPENROUTER,
     PROVIDERS,
     Provider,
@@ -39,6 +38,7 @@ from tests.support.reasoning_upstreams import (
     running_deepseek_upstream,
     running_openrouter_upstream,
 )
+from tests.support.sdk_agent import OPENAI_TOOLS, final_message, history_call
 
 
 def _raw_stream(client: openai.OpenAI, model: str) -> tuple[list[Any], list[Any]]:
@@ -223,28 +223,10 @@ def test_tenants_never_see_each_others_reasoning(
         issued: dict[str, Any] = {}
         for name, client in clients.items():
             kwargs = {"model": provider.model, "messages": histories[name], "tools": OPENAI_TOOLS}
-            if stream:
-                with client.chat.completions.stream(**kwargs) as s:
-                    message = s.get_final_completion().choices[0].message
-            else:
-                message = client.chat.completions.create(**kwargs).choices[0].message
-            (call,) = message.tool_calls
+            (call,) = final_message(client, stream, **kwargs).tool_calls
             assert call.id == "call_00_shared00"
             issued[name] = fake.issued_log[-1].receipt
-            rebuilt = {
-                "role": "assistant",
-                "content": "",
-                "tool_calls": [
-                    {
-                        "id": call.id,
-                        "type": "function",
-                        "function": {
-                            "name": call.function.name,
-                            "arguments": call.function.arguments,
-                        },
-                    }
-                ],
-            }
+            rebuilt = {"role": "assistant", "content": "", "tool_calls": [history_call(call)]}
             histories[name] += [rebuilt, {"role": "tool", "tool_call_id": call.id, "content": "x"}]
         assert issued["one"] != issued["two"]
         for name, client in clients.items():

@@ -29,17 +29,14 @@ from tests.support.gemini_upstream import (
     signature_of,
     tool_calls_of,
 )
-from tests.support.signature_flows import (
-    FINAL_TEXT,
-    MODEL,
-    OPENAI_TOOLS,
-    SCRIPTS,
+from tests.support.sdk_agent import (
+    OPENAI_MODES,
     TOOL_RESULTS,
+    VERCEL_SDKS,
     VERCEL_TOOLS,
-    gemini_behind_proxy,
+    run_turn,
 )
-
-VERCEL_SDKS = ("v1", "v2", "v3")
+from tests.support.signature_flows import FINAL_TEXT, MODEL, SCRIPTS, gemini_behind_proxy
 
 
 def steps_of(body: dict[str, Any]) -> list[tuple[int, list[dict[str, Any]]]]:
@@ -180,88 +177,25 @@ def test_vercel_v3_sends_the_signature_back_itself() -> None:
 
 # ── OpenAI Python SDK, rebuilding messages the usual way ─────────────────────
 
-OPENAI_MODES = ("stream", "create-stream", "create")
-
 
 def _client(base_url: str, key: str = "sk-test") -> openai.OpenAI:
     return openai.OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=30)
 
 
-def _ask(client: openai.OpenAI, messages: list[dict[str, Any]], mode: str) -> dict[str, Any]:
-    """One request; returns the assistant message as an app would put it back in the history."""
-    kwargs: dict[str, Any] = {"model": MODEL, "messages": messages, "tools": OPENAI_TOOLS}
-    if mode == "stream":
-        # The SDK's helper; the message is rebuilt by hand from the parsed tool calls.
-        with client.chat.completions.stream(**kwargs) as stream:
-            message = stream.get_final_completion().choices[0].message
-        rebuilt: dict[str, Any] = {"role": "assistant", "content": message.content}
-        if message.tool_calls:
-            rebuilt["tool_calls"] = [
-                {
-                    "id": c.id,
-                    "type": "function",
-                    "function": {"name": c.function.name, "arguments": c.function.arguments},
-                }
-                for c in message.tool_calls
-            ]
-        return rebuilt
-    if mode == "create-stream":
-        # The hand-written accumulation apps use: a dict keyed on index (on id when a delta has
-        # none, so that the same loop can run straight against Gemini), strings concatenated.
-        content = ""
-        calls: dict[Any, dict[str, Any]] = {}
-        for chunk in client.chat.completions.create(stream=True, **kwargs):
-            if not chunk.choices:
-                continue
-            delta = chunk.choices[0].delta
-            content += delta.content or ""
-            for tc in delta.tool_calls or []:
-                key = tc.index if tc.index is not None else tc.id
-                call = calls.setdefault(
-                    key, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
-                )
-                call["id"] += tc.id or ""
-                if tc.function:
-                    call["function"]["name"] += tc.function.name or ""
-                    call["function"]["arguments"] += tc.function.arguments or ""
-        rebuilt = {"role": "assistant", "content": content or None}
-        if calls:
-            rebuilt["tool_calls"] = list(calls.values())
-        return rebuilt
-    # Non-streamed: model_dump minus what the app does not know (extra_content).
-    completion = client.chat.completions.create(**kwargs)
-    dumped = completion.choices[0].message.model_dump(exclude_none=True)
+def _forget_extra_content(dumped: dict[str, Any]) -> None:
+    """Non-streamed: model_dump minus what the app does not know (extra_content)."""
     dumped.pop("extra_content", None)
     for call in dumped.get("tool_calls", []):
         call.pop("extra_content", None)
-    return dumped
-
-
-def _run_turn(
-    client: openai.OpenAI, messages: list[dict[str, Any]], mode: str, max_steps: int = 5
-) -> str:
-    """The agent loop: ask, run the tools, ask again, until a text answer. Appends to
-    `messages`; returns the final text."""
-    for _ in range(max_steps):
-        assistant = _ask(client, messages, mode)
-        messages.append(assistant)
-        if not assistant.get("tool_calls"):
-            return str(assistant.get("content"))
-        for call in assistant["tool_calls"]:
-            result = TOOL_RESULTS[call["function"]["name"]]
-            messages.append(
-                {"role": "tool", "tool_call_id": call["id"], "content": json.dumps(result)}
-            )
-    raise AssertionError(f"no text answer after {max_steps} steps")
 
 
 def _openai_flow(base_url: str, flow: str, mode: str, key: str = "sk-test") -> list[str]:
     client = _client(base_url, key)
     messages: list[dict[str, Any]] = [{"role": "user", "content": "read a.txt"}]
-    texts = [_run_turn(client, messages, mode)]
+    texts = [run_turn(client, MODEL, messages, mode, _forget_extra_content)]
     if flow == "two-turn":
         messages.append({"role": "user", "content": "and once more"})
-        texts.append(_run_turn(client, messages, mode))
+        texts.append(run_turn(client, MODEL, messages, mode, _forget_extra_content))
     return texts
 
 

@@ -21,9 +21,9 @@ from tests.support.gemini_upstream import (
     tool_calls_of,
 )
 from tests.support.proxies import running_proxy
+from tests.support.sdk_agent import OPENAI_TOOLS, final_message, history_call
 from tests.support.signature_flows import (
     MODEL,
-    OPENAI_TOOLS,
     gemini_behind_proxy,
     post_chat,
     without_extra_content,
@@ -63,30 +63,13 @@ def test_tenants_never_see_each_others_signatures(config: dict[str, Any], stream
         issued: dict[str, str] = {}
         for name, client in clients.items():
             kwargs = {"model": MODEL, "messages": histories[name], "tools": OPENAI_TOOLS}
-            if stream:
-                with client.chat.completions.stream(**kwargs) as s:
-                    message = s.get_final_completion().choices[0].message
-            else:
-                message = client.chat.completions.create(**kwargs).choices[0].message
-            (call,) = message.tool_calls
+            (call,) = final_message(client, stream, **kwargs).tool_calls
             assert call.id == "shared-0-0"
             latest = fake.issued_log[-1]
             assert (latest.call_id, latest.tenant) == ("shared-0-0", f"Bearer {keys[name]}")
             issued[name] = latest.signature
             histories[name] += [
-                {
-                    "role": "assistant",
-                    "tool_calls": [
-                        {
-                            "id": call.id,
-                            "type": "function",
-                            "function": {
-                                "name": call.function.name,
-                                "arguments": call.function.arguments,
-                            },
-                        }
-                    ],
-                },
+                {"role": "assistant", "tool_calls": [history_call(call)]},
                 {"role": "tool", "tool_call_id": call.id, "content": "hello"},
             ]
         assert issued["one"] != issued["two"]

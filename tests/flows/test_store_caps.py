@@ -8,7 +8,6 @@ behaviour it checks.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,16 +24,13 @@ from starlette.routing import Route
 from proxy.repair.receipts.store import MemoryStore
 from proxy.server.app import create_app
 from proxy.settings.schema import Settings
-from tests.support.servers import serve_in_thread
+from tests.support.chat_requests import chat
+from tests.support.servers import OnLoop, serve_in_thread
 from tests.support.waiting import wait_until
 
 TIMEOUT = httpx.Timeout(10.0)
 
 CLIENT_KEY = "sk-test-CLIENT-0b9e6a4f1d27"
-
-
-def chat(model: str, **extra: Any) -> dict[str, Any]:
-    return {"model": model, "messages": [{"role": "user", "content": "go"}], **extra}
 
 
 HOSTILE_MODEL = "gemini-hostile"  # a Google profile by name: the proxy keeps its receipts
@@ -102,27 +98,6 @@ def answer_with_signed_text(signature: str) -> Answer:
         return {"choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
 
     return answer
-
-
-class OnLoop:
-    """ASGI wrapper that notes the proxy's event loop, so a test can read the store there,
-    between two of the proxy's steps, never in the middle of a `put_many`."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-        self.loop: asyncio.AbstractEventLoop | None = None
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        self.loop = asyncio.get_running_loop()
-        await self.app(scope, receive, send)
-
-    def run(self, fn: Callable[[], Any]) -> Any:
-        assert self.loop is not None
-
-        async def call() -> Any:
-            return fn()
-
-        return asyncio.run_coroutine_threadsafe(call(), self.loop).result(timeout=5)
 
 
 @dataclass

@@ -21,6 +21,7 @@ import orjson
 import pytest
 
 from proxy.repair.conformance import stream_chunks
+from tests.support.chat_requests import CLIENT_TIMEOUT, chat
 from tests.support.openai_errors import assert_openai_error
 from tests.support.proxies import running_proxy
 from tests.support.raw_upstream import (
@@ -31,13 +32,6 @@ from tests.support.raw_upstream import (
     raw_upstream,
 )
 from tests.support.servers import free_port
-
-CLIENT_TIMEOUT = httpx.Timeout(10.0)
-
-
-def chat(model: str, **extra: Any) -> dict[str, Any]:
-    return {"model": model, "messages": [{"role": "user", "content": "go"}], **extra}
-
 
 # ── the upstream cannot be reached or does not answer ────────────────────────
 

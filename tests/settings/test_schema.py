@@ -12,6 +12,7 @@ import pytest
 
 from proxy.settings.schema import GEMINI_OPENAI_BASE_URL, ConfigError, Settings
 from tests.support.fake_upstream import running_fake_upstream
+from tests.support.proxy_process import answers_healthz
 from tests.support.servers import free_port
 from tests.support.waiting import wait_until
 
@@ -63,20 +64,6 @@ def test_invalid_config_names_the_key(tmp_path: Path, text: str, message: str) -
         Settings.load(config, {})
 
 
-def wait_healthy(url: str, process: subprocess.Popen, timeout: float = 15.0) -> None:
-    """Until /healthz answers 200; fails at once if the proxy exits."""
-
-    def healthy() -> bool:
-        if process.poll() is not None:
-            raise AssertionError(f"proxy exited with {process.returncode}")
-        try:
-            return httpx.get(f"{url}/healthz", timeout=0.5).status_code == 200
-        except httpx.TransportError:
-            return False
-
-    wait_until(healthy, f"the proxy at {url} to answer /healthz", timeout, interval=0.1)
-
-
 @pytest.mark.parametrize(
     "command",
     [[sys.executable, "-m", "proxy", "serve"], ["streamfix", "serve"]],
@@ -90,7 +77,9 @@ def test_command_line_serves_with_environment_configuration(command: list[str]) 
             command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
         try:
-            wait_healthy(f"http://127.0.0.1:{port}", process)
+            url = f"http://127.0.0.1:{port}"
+            healthy = answers_healthz(url, process)
+            wait_until(healthy, f"the proxy at {url} to answer /healthz", 15.0, interval=0.1)
             body = {"model": "gemini_indexless_call_stop", "messages": [], "stream": True}
             response = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body)
             assert response.status_code == 200

@@ -92,6 +92,21 @@ def load_transcript(name: str) -> Transcript:
     return Transcript(name=name, sse=base.with_suffix(".sse").read_bytes(), meta=meta)
 
 
+# Request fields of a transcript that are passed on as SDK keyword arguments.
+REQUEST_KWARGS = ("tools", "tool_choice", "n", "parallel_tool_calls", "stream_options")
+
+
+def sdk_kwargs(transcript: str) -> dict[str, Any]:
+    """The transcript's request (tools, n, tool_choice, ... if set) as SDK keyword arguments."""
+    request = load_transcript(transcript).meta["request"]
+    kwargs = {key: request[key] for key in REQUEST_KWARGS if request.get(key) is not None}
+    if not kwargs.get("tools"):
+        kwargs.pop("tools", None)
+    if request.get("extra_body"):
+        kwargs["extra_body"] = request["extra_body"]
+    return kwargs
+
+
 _BLANK_LINES = (b"\r\n\r\n", b"\n\n", b"\r\r")
 
 

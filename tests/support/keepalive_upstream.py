@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 
+from tests.support.raw_upstream import content_length
+
 SOCKET_TIMEOUT = 10.0
 
 
@@ -155,11 +157,7 @@ class _Reader:
             if not self._more():
                 return None
         head, _, rest = self._buffer.partition(b"\r\n\r\n")
-        length = 0
-        for line in head.split(b"\r\n")[1:]:
-            name, _, value = line.partition(b":")
-            if name.strip().lower() == b"content-length":
-                length = int(value)
+        length = content_length(head)
         self._buffer = rest
         while len(self._buffer) < length:
             if not self._more():

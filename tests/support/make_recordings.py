@@ -39,8 +39,8 @@ from proxy.upstream.cassettes import Cassette
 from tests.support.fake_upstream import (
     Chunking,
     FakeUpstream,
-    load_transcript,
     running_fake_upstream,
+    sdk_kwargs,
     split_inside_characters,
     split_inside_json,
 )
@@ -59,9 +59,6 @@ TICK = 0.01
 API_KEY = "sk-recording-not-a-real-key"
 
 USER = [{"role": "user", "content": "go"}]
-
-# Transcript request fields that are passed on as SDK keyword arguments.
-REQUEST_KWARGS = ("tools", "tool_choice", "n", "parallel_tool_calls", "stream_options")
 
 
 # ── the session: fake upstream, recording proxy, clients ─────────────────────
@@ -87,17 +84,6 @@ class Session:
             yield
         finally:
             self.fake.chunking = "event"
-
-
-def sdk_kwargs(transcript: str) -> dict[str, Any]:
-    """The transcript's request (tools, n, tool_choice, ...) as SDK keyword arguments."""
-    request = load_transcript(transcript).meta["request"]
-    kwargs = {key: request[key] for key in REQUEST_KWARGS if request.get(key) is not None}
-    if not kwargs.get("tools"):
-        kwargs.pop("tools", None)
-    if request.get("extra_body"):
-        kwargs["extra_body"] = request["extra_body"]
-    return kwargs
 
 
 def accumulate(stream: Any) -> dict[int, dict[str, Any]]:

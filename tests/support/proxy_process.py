@@ -120,16 +120,25 @@ class ServedProxy(ProxyProcess):
 
     def wait_healthy(self, timeout: float = STARTUP_TIMEOUT) -> None:
         """Until /healthz answers 200; fails at once if the process exits."""
-
-        def healthy() -> bool:
-            if self.process.poll() is not None:
-                pytest.fail(f"exited with {self.process.returncode}; stderr:\n{self.stderr}")
-            try:
-                return httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200
-            except httpx.TransportError:
-                return False
-
+        healthy = answers_healthz(self.url, self.process, lambda: self.stderr)
         self.wait_for(healthy, f"{self.url}/healthz to answer 200", timeout, interval=0.05)
+
+
+def answers_healthz(
+    url: str, process: subprocess.Popen, stderr: Callable[[], str] = lambda: ""
+) -> Callable[[], bool]:
+    """A condition to wait for: the proxy at `url` answers /healthz with 200. It fails the test at
+    once if `process` (serving `url`) has exited, with `stderr()`."""
+
+    def healthy() -> bool:
+        if process.poll() is not None:
+            pytest.fail(f"exited with {process.returncode}; stderr:\n{stderr()}")
+        try:
+            return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    return healthy
 
 
 @contextmanager

@@ -53,6 +53,16 @@ def http_chunk(data: bytes) -> bytes:
 LAST_CHUNK = b"0\r\n\r\n"
 
 
+def content_length(head: bytes) -> int:
+    """A request head's Content-Length (the last one, if several), 0 without one."""
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    return length
+
+
 def chunked(content_type: str | None, parts: Iterable[bytes]) -> list[bytes]:
     """A complete chunked response: head, one HTTP chunk per part, the last chunk."""
     return [http_head(content_type), *(http_chunk(p) for p in parts), LAST_CHUNK]
@@ -96,11 +106,7 @@ class RawUpstream:
                 return
             data += received
         head, _, body = data.partition(b"\r\n\r\n")
-        length = 0
-        for line in head.split(b"\r\n")[1:]:
-            name, _, value = line.partition(b":")
-            if name.strip().lower() == b"content-length":
-                length = int(value)
+        length = content_length(head)
         while len(body) < length:
             received = sock.recv(65536)
             if not received:

@@ -25,7 +25,6 @@ from tests.support.proxies import running_proxy
 from tests.support.reasoning_upstreams import (
     DEEPSEEK_MESSAGE,
     OPENROUTER_MISSING_MESSAGE,
-    TOOL_SCHEMAS,
     TWO_TURNS,
     TextStep,
     running_deepseek_upstream,
@@ -33,20 +32,10 @@ from tests.support.reasoning_upstreams import (
     step_of,
     tool_calls_of,
 )
+from tests.support.sdk_agent import run_turn
 from tests.support.servers import serve_in_thread
 from tests.support.waiting import wait_until
 
-VERCEL_SDKS = ("v1", "v2", "v3")
-OPENAI_MODES = ("stream", "create-stream", "create")
-VERCEL_TOOLS = [
-    {"name": name, "description": f"the {name} tool", "parameters": schema}
-    for name, schema in TOOL_SCHEMAS.items()
-]
-OPENAI_TOOLS = [
-    {"type": "function", "function": {"name": t["name"], "parameters": t["parameters"]}}
-    for t in VERCEL_TOOLS
-]
-TOOL_RESULTS: dict[str, Any] = {"read_file": {"content": "hello"}, "list_dir": ["a.txt", "b.txt"]}
 QUESTIONS = ("read a.txt and b.txt, list the directory", "now read c.txt")
 FINAL_TEXTS = [next(s.text for s in turn if isinstance(s, TextStep)) for turn in TWO_TURNS]
 # Five requests: turn 0 steps 0, 1, 2; turn 1 steps 0, 1.
@@ -192,66 +181,9 @@ def openai_client(base_url: str, key: str = "sk-test", **kwargs: Any) -> openai.
     return openai.OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=60, **kwargs)
 
 
-def _ask(
-    client: openai.OpenAI, model: str, messages: list[dict[str, Any]], mode: str
-) -> dict[str, Any]:
-    """One request; returns the assistant message as an app puts it back in the history:
-    without reasoning fields."""
-    kwargs: dict[str, Any] = {"model": model, "messages": messages, "tools": OPENAI_TOOLS}
-    if mode == "stream":
-        with client.chat.completions.stream(**kwargs) as stream:
-            message = stream.get_final_completion().choices[0].message
-        rebuilt: dict[str, Any] = {"role": "assistant", "content": message.content}
-        if message.tool_calls:
-            rebuilt["tool_calls"] = [
-                {
-                    "id": c.id,
-                    "type": "function",
-                    "function": {"name": c.function.name, "arguments": c.function.arguments},
-                }
-                for c in message.tool_calls
-            ]
-        return rebuilt
-    if mode == "create-stream":
-        content = ""
-        calls: dict[Any, dict[str, Any]] = {}
-        for chunk in client.chat.completions.create(stream=True, **kwargs):
-            if not chunk.choices:
-                continue
-            delta = chunk.choices[0].delta
-            content += delta.content or ""
-            for tc in delta.tool_calls or []:
-                call = calls.setdefault(
-                    tc.index,
-                    {"id": "", "type": "function", "function": {"name": "", "arguments": ""}},
-                )
-                call["id"] += tc.id or ""
-                if tc.function:
-                    call["function"]["name"] += tc.function.name or ""
-                    call["function"]["arguments"] += tc.function.arguments or ""
-        rebuilt = {"role": "assistant", "content": content or None}
-        if calls:
-            rebuilt["tool_calls"] = list(calls.values())
-        return rebuilt
-    completion = client.chat.completions.create(**kwargs)
-    dumped = completion.choices[0].message.model_dump(exclude_none=True)
+def _forget_reasoning(dumped: dict[str, Any]) -> None:
     for name in REASONING_FIELDS:
         dumped.pop(name, None)
-    return dumped
-
-
-def _run_turn(client: openai.OpenAI, model: str, messages: list[dict[str, Any]], mode: str) -> str:
-    for _ in range(5):
-        assistant = _ask(client, model, messages, mode)
-        messages.append(assistant)
-        if not assistant.get("tool_calls"):
-            return str(assistant.get("content"))
-        for call in assistant["tool_calls"]:
-            result = TOOL_RESULTS[call["function"]["name"]]
-            messages.append(
-                {"role": "tool", "tool_call_id": call["id"], "content": json.dumps(result)}
-            )
-    raise AssertionError("no text answer after 5 steps")
 
 
 def run_openai_flow(
@@ -260,9 +192,9 @@ def run_openai_flow(
     """Turn 0 (three steps), a new question, turn 1 (a tool step, then text)."""
     client = openai_client(base_url, key)
     messages: list[dict[str, Any]] = [{"role": "user", "content": QUESTIONS[0]}]
-    texts = [_run_turn(client, provider.model, messages, mode)]
+    texts = [run_turn(client, provider.model, messages, mode, _forget_reasoning)]
     messages.append({"role": "user", "content": QUESTIONS[1]})
-    texts.append(_run_turn(client, provider.model, messages, mode))
+    texts.append(run_turn(client, provider.model, messages, mode, _forget_reasoning))
     return texts
 
 

@@ -14,6 +14,7 @@ import httpx
 from proxy.upstream.http1 import Http1Transport
 from proxy.upstream.http1_connection import Connection
 from tests.support.loops import LOOPS, client_context, server_context  # noqa: F401
+from tests.support.raw_upstream import content_length
 
 WAIT = 3.0  # any single await that should complete
 TIMEOUTS = {"connect": 2.0, "read": 2.0, "write": 2.0, "pool": 2.0}
@@ -37,12 +38,7 @@ class Peer:
         try:
             async with asyncio.timeout(WAIT):
                 head = await self.reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n")[1:]:
-                    name, _, value = line.partition(b":")
-                    if name.strip().lower() == b"content-length":
-                        length = int(value)
-                body = await self.reader.readexactly(length)
+                body = await self.reader.readexactly(content_length(head))
         except (asyncio.IncompleteReadError, ConnectionError) as exc:
             if isinstance(exc, asyncio.IncompleteReadError):
                 self.received += exc.partial

@@ -5,9 +5,10 @@ Tests use this for both the proxy and the fake upstream, so every byte crosses a
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -74,3 +75,29 @@ def serving_config_in_thread(
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+class OnLoop:
+    """ASGI wrapper that notes the event loop the app runs on (a uvicorn thread has its own), so
+    a test can run a function there from the outside, between two of the app's steps."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        self.loop = asyncio.get_running_loop()
+        await self.app(scope, receive, send)
+
+    def run(self, fn: Callable[[], Any]) -> Any:
+        """`fn()` called in a task on the app's loop; its result."""
+        assert self.loop is not None
+
+        async def call() -> Any:
+            return fn()
+
+        return asyncio.run_coroutine_threadsafe(call(), self.loop).result(timeout=5)
+
+    def task_count(self) -> int:
+        """The tasks on the app's loop, not counting the one that counts them."""
+        return self.run(lambda: len(asyncio.all_tasks()) - 1)

@@ -12,7 +12,6 @@ import httpx
 
 from tests.support.gemini_upstream import (
     THREE_STEPS,
-    TOOL_SCHEMAS,
     TWO_STEPS,
     GeminiUpstream,
     Step,
@@ -22,16 +21,6 @@ from tests.support.gemini_upstream import (
 from tests.support.proxies import running_proxy
 
 MODEL = "gemini-3-flash-preview"
-VERCEL_TOOLS = [
-    {"name": name, "description": f"the {name} tool", "parameters": schema}
-    for name, schema in TOOL_SCHEMAS.items()
-]
-OPENAI_TOOLS = [
-    {"type": "function", "function": {"name": t["name"], "parameters": t["parameters"]}}
-    for t in VERCEL_TOOLS
-]
-# What the tools "return", by name.
-TOOL_RESULTS: dict[str, Any] = {"read_file": {"content": "hello"}, "list_dir": ["a.txt", "b.txt"]}
 FINAL_TEXT = {
     "three-step": next(s.text for s in THREE_STEPS if isinstance(s, TextStep)),
     "two-turn": next(s.text for s in TWO_STEPS if isinstance(s, TextStep)),

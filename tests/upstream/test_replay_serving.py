@@ -6,12 +6,8 @@ cassette and the differing field (an API error for the SDK).
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,51 +21,16 @@ from tests.support.fake_upstream import (
     running_fake_upstream,
 )
 from tests.support.proxies import running_proxy
+from tests.support.proxy_process import serving
 from tests.support.recording_clients import (
     RECORDINGS,
-    ROOT,
     raw_stream,
     sdk,
     upstream_bytes,
 )
-from tests.support.servers import free_port
 from tests.support.waiting import wait_until
 
 # ── --replay-timing, serve --record, through the command line ────────────────
-
-
-@contextmanager
-def serving(*args: str) -> Iterator[str]:
-    """`python -m proxy serve ARGS` on a free loopback port; yields its root URL."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMFIX_")}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "proxy", "serve", "--host", "127.0.0.1", "--port", str(port), *args],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}"
-
-    def healthy() -> bool:
-        if process.poll() is not None:
-            raise RuntimeError(f"streamfix serve exited: {process.stderr.read().decode()}")
-        try:
-            return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        wait_until(healthy, f"streamfix serve to answer {url}/healthz", timeout=20, interval=0.05)
-        yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
 
 
 def timed_request(url: str, cassette: Cassette) -> tuple[float, bytes]:
@@ -85,10 +46,10 @@ def test_replay_timing_keeps_the_recorded_pace(tmp_path: Path) -> None:
         chunk.at = 0.0
     cassette.chunks[-1].at = 0.3  # the last event comes 0.3 s after the others
     cassette.save(tmp_path / "paced.json")
-    with serving("--replay", str(tmp_path), "--replay-timing") as url:
-        paced, body = timed_request(url, cassette)
-    with serving("--replay", str(tmp_path)) as url:
-        fast, same = timed_request(url, cassette)
+    with serving("--replay", str(tmp_path), "--replay-timing") as proxy:
+        paced, body = timed_request(proxy.url, cassette)
+    with serving("--replay", str(tmp_path)) as proxy:
+        fast, same = timed_request(proxy.url, cassette)
     assert paced >= 0.25
     assert fast < 0.25
     assert body == same == cassette.client_body
@@ -97,8 +58,8 @@ def test_replay_timing_keeps_the_recorded_pace(tmp_path: Path) -> None:
 def test_serve_record_writes_a_cassette_per_exchange(tmp_path: Path) -> None:
     with running_fake_upstream() as (_, fake_url):
         upstream = f"{fake_url}/v1"
-        with serving("--upstream", upstream, "--record", str(tmp_path)) as url:
-            status, _, body = raw_stream(url, "vertex_jumping_index")
+        with serving("--upstream", upstream, "--record", str(tmp_path)) as proxy:
+            status, _, body = raw_stream(proxy.url, "vertex_jumping_index")
             assert status == 200
             wait_until(lambda: len(list(tmp_path.glob("*.json"))) == 1, "1 cassette", timeout=10.0)
     [path] = tmp_path.glob("*.json")
