@@ -122,10 +122,9 @@ class Proxy:
 
     async def chat_completions(self, request: Request) -> Response:
         request_id = request.headers.get("x-request-id") or new_request_id()
-        try:
-            raw = await self._admitted_body(request)
-        except ClientError as exc:
-            return self._refused(exc, request, request_id)
+        raw = await self._admitted_body(request, request_id)
+        if isinstance(raw, Response):
+            return raw
         try:
             body = parse_chat_request(raw)
         except ClientError as exc:
@@ -175,19 +174,12 @@ class Proxy:
 
     async def passthrough(self, request: Request) -> Response:
         request_id = request.headers.get("x-request-id") or new_request_id()
-        try:
-            raw = await self._admitted_body(request)
-        except ClientError as exc:
-            return self._refused(exc, request, request_id)
+        raw = await self._admitted_body(request, request_id)
+        if isinstance(raw, Response):
+            return raw
         model = model_of(raw)
         route = self.router.route_for(model)
-        exchange = Exchange(
-            request_id=request_id,
-            request={"model": model} if model is not None else {},
-            route=route.name,
-            method=request.method,
-            path=request.url.path,
-        )
+        exchange = _plain_exchange(request, request_id, route.name, model)
         try:
             path = checked_relative(_after_first_segment(request.scope))
         except UnsafePath as exc:
@@ -200,24 +192,20 @@ class Proxy:
         status = upstream.status_code
         return relay(upstream, exchange, headers, lambda: self._finished(exchange, status))
 
-    async def _admitted_body(self, request: Request) -> bytes:
-        """The body of a request the proxy's keys and limits admit; else a ClientError."""
-        self._authorize(request)
-        return await read_body(request, self.settings.server, self.body_budget)
+    async def _admitted_body(self, request: Request, request_id: str) -> bytes | Response:
+        """The body of a request the proxy's keys and limits admit; else the refusal."""
+        try:
+            self._authorize(request)
+            return await read_body(request, self.settings.server, self.body_budget)
+        except ClientError as exc:
+            return self._refused(exc, request, request_id)
 
     def _refused(
         self, error: ClientError, request: Request, request_id: str, model: object = None
     ) -> Response:
         """A request refused before anything went upstream: logged and counted like the rest,
         with its model when the body named one."""
-        exchange = Exchange(
-            request_id=request_id,
-            request={"model": model} if model is not None else {},
-            route="-",
-            method=request.method,
-            path=request.url.path,
-        )
-        return self._failed(exchange, error.response())
+        return self._failed(_plain_exchange(request, request_id, "-", model), error.response())
 
     def _failed(self, exchange: Exchange, response: Response) -> Response:
         """The proxy's own error response for an exchange: booked, and headed like the rest."""
@@ -360,6 +348,17 @@ class Proxy:
             exchange.summary() if exchange.repairs else "-",
             extra={EXCHANGE: fields},
         )
+
+
+def _plain_exchange(request: Request, request_id: str, route: str, model: object) -> Exchange:
+    """An exchange no repair runs on (a passthrough, a refusal): what its line and span name."""
+    return Exchange(
+        request_id=request_id,
+        request={"model": model} if model is not None else {},
+        route=route,
+        method=request.method,
+        path=request.url.path,
+    )
 
 
 def _after_first_segment(scope: dict) -> bytes:
