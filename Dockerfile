@@ -7,36 +7,48 @@
 #   docker run --rm -p 127.0.0.1:8080:8080 streamfix                  # serve (Gemini upstream)
 #   docker run --rm streamfix config                                  # the effective config
 
-# ── Stage 1: dependencies only ───────────────────────────────────────────────
-# Only pyproject.toml is copied before installing, so this layer (and the one the runtime
-# stage copies out of it) is rebuilt when the dependencies change, not on every code change.
-# Every dependency installs from a binary wheel (--only-binary), so no compiler is ever needed,
-# and none is in the slim image to be left behind.
-FROM python:3.12-slim AS deps
+# ── Stage 1: build ───────────────────────────────────────────────────────────
+# Python 3.11, pinned to a patch release: the tests run on 3.11 (3.11.7 on the development
+# machines and CI), and 3.11.15 is the same minor version with its security fixes. Bump both
+# stages together, and only to a minor version the tests run on.
+FROM python:3.11.15-slim AS deps
 WORKDIR /build
+# Dependencies first, from pyproject.toml and the pins alone, so this layer is rebuilt when
+# they change and not on every code change. Every version comes from config/constraints.txt
+# (tests/test_container_files.py checks it covers pyproject's dependencies), and everything
+# installs from a binary wheel (--only-binary), so no compiler is ever needed or left behind.
+# setuptools is the pinned build backend for the step below.
 COPY pyproject.toml ./
+COPY config/constraints.txt ./config/constraints.txt
 RUN python -c "import tomllib; deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; print('\n'.join(deps))" > requirements.txt \
     && python -m venv /opt/streamfix \
     && /opt/streamfix/bin/pip install --no-cache-dir --disable-pip-version-check \
-        --only-binary=:all: -r requirements.txt
+        --only-binary=:all: -c config/constraints.txt -r requirements.txt setuptools
+# Then the package itself, so `streamfix` is on the PATH: no dependency is resolved again
+# (--no-deps) and nothing is downloaded (--no-index, the pinned setuptools already in the venv
+# builds it, --no-build-isolation). `pip check` fails the build if the pins and pyproject's
+# ranges disagree. README.md is the package's long description (pyproject's `readme`).
+COPY README.md ./
+COPY proxy ./proxy
+RUN /opt/streamfix/bin/pip install --no-cache-dir --disable-pip-version-check \
+        --no-deps --no-index --no-build-isolation -c config/constraints.txt . \
+    && /opt/streamfix/bin/pip check
 
 # ── Stage 2: runtime ─────────────────────────────────────────────────────────
-FROM python:3.12-slim
+FROM python:3.11.15-slim
 RUN groupadd --system --gid 10001 streamfix \
     && useradd --system --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin streamfix
+# The venv holds the dependencies and the installed package (compiled by pip, as root here,
+# because the container runs read-only as an unprivileged user).
 COPY --from=deps /opt/streamfix /opt/streamfix
 WORKDIR /app
-# The source: the only layer a code change rebuilds. Compiled here, as root, because the
-# container runs read-only as an unprivileged user.
-COPY proxy ./proxy
-RUN python -m compileall -q proxy
 # Every file of config/: streamfix.toml (the documented defaults) and streamfix.redis.toml
-# (the shared signature store, for compose's redis profile). Compose mounts ./config here too.
+# (the shared signature store, for compose's redis profile), and constraints.txt, which only
+# the build reads. Compose mounts ./config here too.
 COPY config/ /etc/streamfix/
 # Inside a container the proxy must listen on all interfaces to be reachable at all; publish
 # the port only where the clients are (compose keeps it on the host's loopback).
 ENV PATH=/opt/streamfix/bin:$PATH \
-    PYTHONPATH=/app \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     STREAMFIX_HOST=0.0.0.0 \
@@ -44,10 +56,13 @@ ENV PATH=/opt/streamfix/bin:$PATH \
     STREAMFIX_CONFIG=/etc/streamfix/streamfix.toml
 USER 10001:10001
 EXPOSE 8080
-# No curl in the slim image: the health check is a few lines of Python against /healthz.
+# No curl in the slim image: the health check is a few lines of Python against /healthz, on
+# the port the server listens on (STREAMFIX_PORT, the variable the server reads, so
+# `docker run -e STREAMFIX_PORT=9000` moves both). A port set only in the config file
+# (server.port) is not followed: set STREAMFIX_PORT instead.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
     CMD ["python", "-c", "import os, sys, urllib.request; port = os.environ.get('STREAMFIX_PORT', '8080'); sys.exit(urllib.request.urlopen(f'http://127.0.0.1:{port}/healthz', timeout=2).status != 200)"]
-# `python -m proxy` is the `streamfix` command (proxy/__main__.py calls proxy.cli:main), so
+# The installed `streamfix` command (pyproject's [project.scripts], proxy.cli:main), so
 # `docker run IMAGE config` and `docker run IMAGE serve --workers 2` work as documented.
-ENTRYPOINT ["python", "-m", "proxy"]
+ENTRYPOINT ["streamfix"]
 CMD ["serve"]

@@ -19,11 +19,15 @@ import subprocess
 import sys
 import tomllib
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from proxy.settings.schema import ENVIRONMENT_KEYS, Settings
 from tests.support.proxies import running_proxy
@@ -38,6 +42,8 @@ DOCKERIGNORE = ROOT / ".dockerignore"
 OTHER_VARIABLES = {"STREAMFIX_CONFIG", "STREAMFIX_API_KEYS"}
 KNOWN_VARIABLES = set(ENVIRONMENT_KEYS) | OTHER_VARIABLES
 CONTAINER_PORT = 8080
+CONSTRAINTS_PATH = "config/constraints.txt"
+CONSTRAINTS = ROOT / CONSTRAINTS_PATH
 
 
 # ── a small Dockerfile reader ────────────────────────────────────────────────
@@ -137,10 +143,18 @@ def image_path_on_host(path: str) -> Path:
 # ── the Dockerfile ───────────────────────────────────────────────────────────
 
 
-def test_every_stage_is_a_slim_python_image() -> None:
-    for stage in stages():
-        image = stage[0].arguments.split()[0]
-        assert re.fullmatch(r"python:3\.1[1-9]-slim(-[a-z]+)?", image), image
+def test_every_stage_is_the_same_slim_python_the_tests_run_on_pinned_to_a_patch() -> None:
+    # A bare `python:3.12-slim` moved under the image with every rebuild, and was a minor
+    # version the tests never ran on. Now: one patch release, in both stages, of the minor
+    # version this test suite is running on.
+    images = {stage[0].arguments.split()[0] for stage in stages()}
+    assert len(images) == 1, images
+    image = images.pop()
+    match = re.fullmatch(r"python:(3)\.(\d+)\.(\d+)-slim(-[a-z]+)?", image)
+    assert match, f"{image}: not python:3.X.Y-slim"
+    assert (int(match.group(1)), int(match.group(2))) == sys.version_info[:2], image
+    comments = DOCKERFILE.read_text()
+    assert f"the tests run on {sys.version_info[0]}.{sys.version_info[1]}" in comments
 
 
 def test_dependencies_are_installed_in_a_layer_before_the_source_is_copied() -> None:
@@ -156,25 +170,28 @@ def test_dependencies_are_installed_in_a_layer_before_the_source_is_copied() -> 
         if i.keyword == "RUN" and "pip install" in i.arguments
     ]
     assert installs, "no pip install at all"
+    # The package itself is installed after its source is copied, resolving and fetching
+    # nothing: the dependencies are the pinned ones of the layer before.
+    package = [(n, i) for n, i in installs if n > source_copy]
+    assert len(package) == 1, package
+    arguments = package[0][1].arguments
+    for flag in ("--no-deps", "--no-index", "--no-build-isolation", "--no-cache-dir"):
+        assert flag in arguments, f"the package install lacks {flag}"
+    assert re.search(r"pip install .* \.( |$)", arguments), arguments
+    assert "pip check" in arguments
+    installs = [(n, i) for n, i in installs if n < source_copy]
     for n, install in installs:
-        assert n < source_copy, f"pip install after the source is copied: {install}"
         copied = [
             source
             for i in instructions[:n]
             if i.keyword == "COPY" and i.stage == install.stage and "--from=" not in i.arguments
             for source in copy_sources(i)[0]
         ]
-        assert copied == ["pyproject.toml"], f"the dependency layer depends on {copied}"
+        assert copied == ["pyproject.toml", CONSTRAINTS_PATH], f"the layer depends on {copied}"
         # Binary wheels only: nothing is compiled, so no compiler is needed or left behind.
         assert "--only-binary=:all:" in install.arguments
         assert "--no-cache-dir" in install.arguments
-    # The final stage takes the installed dependencies before the source, in its own layer.
-    final = final_stage()
-    deps_copy = next(n for n, i in enumerate(final) if "--from=" in i.arguments)
-    own_copy = next(
-        n for n, i in enumerate(final) if i.keyword == "COPY" and "proxy" in i.arguments
-    )
-    assert deps_copy < own_copy
+        assert f"-c {CONSTRAINTS_PATH}" in install.arguments
 
 
 def test_no_compiler_or_package_manager_install() -> None:
@@ -247,9 +264,15 @@ def test_the_image_configuration_loads() -> None:
 def test_entrypoint_and_cmd_are_a_command_line_the_cli_accepts() -> None:
     entrypoint = only(final_stage(), "ENTRYPOINT").exec_form
     command = only(final_stage(), "CMD").exec_form
-    # `python -m proxy` is the `streamfix` command: proxy/__main__.py runs proxy.cli:main.
-    assert entrypoint == ["python", "-m", "proxy"]
-    assert (ROOT / "proxy" / "__main__.py").exists()
+    # The installed command (the image runs `pip install .`); `python -m proxy` runs the same
+    # main (proxy/__main__.py), which is how it is checked here without installing.
+    assert entrypoint == ["streamfix"]
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"streamfix": "proxy.cli:main"}
+    assert "from proxy.cli import main" in (ROOT / "proxy" / "__main__.py").read_text()
+    # Nothing on PYTHONPATH: the package is imported from the venv, not from a source copy.
+    assert "PYTHONPATH" not in image_environment()
+    assert not [i for i in final_stage() if i.keyword == "COPY" and "proxy" in i.arguments]
     assert command[0] == "serve"
     done = subprocess.run(
         [sys.executable, "-m", "proxy", *command, "--help"],
@@ -286,6 +309,9 @@ def dockerfile_health_check() -> list[str]:
 
 def test_health_check_answers_for_a_running_proxy_and_fails_without_one() -> None:
     command = dockerfile_health_check()
+    # The port the server listens on: the variable the settings read, defaulting to the image's.
+    assert ENVIRONMENT_KEYS["STREAMFIX_PORT"] == "server.port"
+    assert f"os.environ.get('STREAMFIX_PORT', '{CONTAINER_PORT}')" in command[-1]
     with running_proxy("http://127.0.0.1:9/v1") as url:
         assert run_health_check(command, int(url.rsplit(":", 1)[1])) == 0
     assert run_health_check(command, free_port()) != 0
@@ -361,6 +387,13 @@ def test_compose_open_webui_is_wired_to_the_proxy() -> None:
     assert webui["depends_on"] == {"streamfix": {"condition": "service_healthy"}}
 
 
+def test_compose_open_webui_is_a_release_tag() -> None:
+    # `:main` is Open WebUI's moving development build: `docker compose pull` could bring a
+    # different, unreleased Open WebUI on any day. A release tag changes only when edited.
+    image = services()["open-webui"]["image"]
+    assert re.fullmatch(r"ghcr\.io/open-webui/open-webui:v\d+\.\d+\.\d+", image), image
+
+
 @pytest.mark.parametrize("file", ["streamfix.toml", "streamfix.redis.toml"])
 def test_compose_config_files_exist_and_load(file: str) -> None:
     streamfix = services()["streamfix"]
@@ -397,3 +430,81 @@ def test_pyproject_dependencies_are_what_the_image_installs() -> None:
     assert dependencies and all(isinstance(d, str) and "\n" not in d for d in dependencies)
     runs = " ".join(i.arguments for i in read_dockerfile() if i.keyword == "RUN")
     assert "['project']['dependencies']" in runs
+
+
+# ── config/constraints.txt: the image's pinned versions ─────────────────────
+
+
+def pins() -> dict[str, Version]:
+    """Name (normalised) to version of every `name==version` line of the constraints file."""
+    pinned: dict[str, Version] = {}
+    for line in CONSTRAINTS.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        requirement = Requirement(line)
+        (specifier,) = requirement.specifier  # exactly one `==`, no range
+        assert specifier.operator == "==" and not requirement.extras, line
+        name = canonicalize_name(requirement.name)
+        assert name not in pinned, f"{name} pinned twice"
+        pinned[name] = Version(specifier.version)
+    return pinned
+
+
+def runtime_requirements() -> list[Requirement]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return [Requirement(d) for d in project["dependencies"]]
+
+
+def test_every_runtime_dependency_is_pinned_within_pyprojects_range() -> None:
+    # A dependency added to pyproject.toml without a pin would install unpinned in the image
+    # (pip ignores constraints for what they do not name); a range raised past the pin would
+    # fail the image's build at `pip install`, long after the change was made.
+    pinned = pins()
+    for requirement in runtime_requirements():
+        name = canonicalize_name(requirement.name)
+        assert name in pinned, f"{requirement} is not pinned in {CONSTRAINTS_PATH}"
+        assert requirement.specifier.contains(pinned[name]), f"{name} {pinned[name]}: {requirement}"
+    build = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
+    for line in build:
+        requirement = Requirement(line)
+        name = canonicalize_name(requirement.name)
+        assert name in pinned and requirement.specifier.contains(pinned[name]), line
+
+
+def test_the_pins_cover_what_the_dependencies_pull_in() -> None:
+    """Every requirement of a pinned distribution (its extras as pyproject asks for them, the
+    markers of Linux and this Python) is pinned too, within that requirement's range. Read
+    from the installed distributions' metadata, for those installed at the pinned version (a
+    machine with other versions cannot say what the pinned ones require)."""
+    pinned = pins()
+    extras: dict[str, set[str]] = {}
+    for requirement in runtime_requirements():
+        extras.setdefault(canonicalize_name(requirement.name), set()).update(requirement.extras)
+    checked = 0
+    for name, version in pinned.items():
+        try:
+            distribution = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue
+        if Version(distribution.version) != version:
+            continue
+        checked += 1
+        for line in distribution.requires or []:
+            requirement = Requirement(line)
+            wanted = [{"extra": extra} for extra in ("", *sorted(extras.get(name, ())))]
+            if requirement.marker and not any(requirement.marker.evaluate(e) for e in wanted):
+                continue
+            needed = canonicalize_name(requirement.name)
+            assert needed in pinned, f"{name} {version} requires {requirement}: not pinned"
+            assert requirement.specifier.contains(pinned[needed], prereleases=True), (
+                f"{name} {version} requires {requirement}, pinned {pinned[needed]}"
+            )
+    assert checked, "no pinned distribution is installed at its pinned version"
+
+
+def test_the_image_installs_with_the_constraints_file() -> None:
+    # The file must reach the build (copied, not ignored) and every pip install must use it.
+    assert CONSTRAINTS_PATH in [s for i in context_copies() for s in copy_sources(i)[0]]
+    installs = [i for i in read_dockerfile() if i.keyword == "RUN" and "pip install" in i.arguments]
+    assert installs and all(f"-c {CONSTRAINTS_PATH}" in i.arguments for i in installs)

@@ -35,7 +35,7 @@ from proxy.settings.schema import ConfigError, Settings
 from proxy.settings.values import parse_keys
 from proxy.upstream.body_decoding import decoder_for
 from proxy.upstream.context import UPSTREAM, UpstreamContext
-from proxy.upstream.failures import describe_failure
+from proxy.upstream.failures import describe_failure, upstream_origin
 from proxy.upstream.headers import RawHeaders, request_headers, response_headers
 from proxy.upstream.http1 import RETRIED
 from proxy.upstream.routes import Router, UpstreamRoute, upstream_url, without_credential_parameters
@@ -278,13 +278,15 @@ class Proxy:
             response = await self._send_upstream(outgoing, exchange)
             response.request = outgoing
         except httpx.HTTPError as exc:
-            status, message, code = describe_failure(exc)
+            # Host and port of the route's upstream, never its path or query (they may hold a key)
+            status, message, code = describe_failure(exc, upstream_origin(outgoing.url))
             logger.warning(
-                "[%s] route %s: upstream failed after %.2fs: %s",
+                "[%s] route %s: upstream failed after %.2fs: %s: %s",
                 exchange.request_id,
                 route.name,
                 time.monotonic() - started,
                 type(exc).__name__,
+                message,
             )
             failure = error_response(status, message, "upstream_error", code)
             failure.headers["x-request-id"] = exchange.request_id

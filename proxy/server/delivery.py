@@ -12,7 +12,7 @@ from proxy.repair.pipeline import RepairChain, repaired_stream
 from proxy.server.errors import error_event, error_response
 from proxy.server.streamed_response import StreamedResponse
 from proxy.upstream.body_decoding import Decoder, decoded, read_limited
-from proxy.upstream.failures import describe_failure
+from proxy.upstream.failures import describe_failure, upstream_origin
 from proxy.upstream.headers import RawHeaders
 from proxy.wire import json_codec
 from proxy.wire.limits import LimitExceeded
@@ -64,7 +64,7 @@ def repaired_sse(
         exchange.note("stream_aborted", "upstream stream failed: %s", type(exc).__name__)
         if isinstance(exc, LimitExceeded):
             return error_event(str(exc), "upstream_error", exc.code)
-        _, message, code = describe_failure(exc)
+        _, message, code = describe_failure(exc, _origin(upstream))
         return error_event(message, "upstream_error", code)
 
     stream = repaired_stream(
@@ -101,7 +101,7 @@ async def repaired_json(
         on_close()
         if isinstance(exc, LimitExceeded):
             return error_response(502, str(exc), "upstream_error", exc.code)
-        status, message, code = describe_failure(exc)
+        status, message, code = describe_failure(exc, _origin(upstream))
         return error_response(status, message, "upstream_error", code)
     finally:
         await upstream.aclose()
@@ -184,3 +184,12 @@ class _Closing:
                     await aclose()
             finally:
                 await self._upstream.aclose()
+
+
+def _origin(upstream: httpx.Response) -> str | None:
+    """`host:port` the response came from, for an error message; None when it has no request
+    (then describe_failure asks the exception's own)."""
+    try:
+        return upstream_origin(upstream.request.url)
+    except RuntimeError:  # httpx: no request was set on the response
+        return None

@@ -149,4 +149,11 @@ def _combined(errors: list[BaseException]) -> BaseException:
     """One error for the caller: the only one, or every address's in one message."""
     if len(errors) == 1 or len({str(error) for error in errors}) == 1:
         return errors[0]
-    return OSError(f"all {len(errors)} addresses failed: " + "; ".join(map(str, errors)))
+    message = f"all {len(errors)} addresses failed: " + "; ".join(map(str, errors))
+    numbers = {getattr(error, "errno", None) for error in errors}
+    if len(numbers) == 1 and None not in numbers:
+        # Every address failed the same way (localhost's ::1 and 127.0.0.1 both refusing): the
+        # errno stays, so OSError picks its subclass (ConnectionRefusedError) and an error
+        # message can say "refused" rather than only list the addresses.
+        return OSError(numbers.pop(), message)
+    return OSError(message)

@@ -290,7 +290,10 @@ class Connection(asyncio.Protocol):
             kind, reason = Unanswered, NO_RESPONSE
         else:
             kind, reason = WriteCut, WRITE_CUT
-        return kind(reason if exc is None else f"{reason} ({exc})")
+        failure = kind(reason if exc is None else f"{reason} ({exc})")
+        # The OS error (a reset) stays in the chain: the client's error message names it.
+        failure.__cause__ = exc
+        return failure
 
     def pause_writing(self) -> None:
         self._write_paused = True
