@@ -25,7 +25,7 @@ _ESCAPED |= {ord('"'): '\\"', ord("\\"): "\\\\", ord("\n"): "\\n", ord("\r"): "\
 
 def dumps(document: Mapping[str, Any], notes: Collection[str] = ()) -> str:
     """`document` as TOML text: its scalars first, then one table per mapping, one `[[name]]`
-    per entry of a list of mappings (an empty one is left out: no tables means no entries)."""
+    per entry of a non-empty list of mappings (an empty one is `key = []`, read back alike)."""
     lines: list[str] = []
     _table(lines, document, (), notes)
     return "\n".join(lines).strip("\n") + "\n"
