@@ -8,34 +8,84 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, NoReturn
 
 import orjson
 
-from proxy.settings.schema import PROFILE_NAMES, ConfigError, Settings
-from proxy.settings.values import parse_keys
+from proxy import __version__
+from proxy.settings.schema import ENVIRONMENT_KEYS, LOG_LEVELS, PROFILE_NAMES, ConfigError, Settings
+from proxy.settings.values import flatten, parse_keys
 
 # The parent's effective settings, for worker processes (they cannot receive objects).
 SETTINGS_ENVIRONMENT = "STREAMFIX_EFFECTIVE_SETTINGS"
-LOG_LEVEL_ENVIRONMENT = "STREAMFIX_EFFECTIVE_LOG_LEVEL"
+
+# Flags that set a config key: (flag, dotted key, argparse options, help). Their help shows the
+# built-in default, the environment variable and the config key, read from the settings
+# themselves so the help cannot drift from them. Their argparse default is None: "not given",
+# so the file and the environment below them still apply.
+SETTINGS_FLAGS: tuple[tuple[str, str, dict[str, Any], str], ...] = (
+    ("--upstream", "upstream.base_url", {"metavar": "URL"}, "upstream base URL"),
+    ("--host", "server.host", {}, "address to listen on"),
+    ("--port", "server.port", {"type": int}, "port to listen on"),
+    ("--profile", "upstream.profile", {"choices": PROFILE_NAMES}, "provider profile"),
+    ("--workers", "server.workers", {"type": int, "metavar": "N"}, "worker processes"),
+    (
+        "--log-level",
+        "server.log_level",
+        {"choices": LOG_LEVELS},
+        "least severe records logged; debug adds each repair and upstream request line",
+    ),
+    ("--log-format", "server.log_format", {"choices": ["text", "json"]}, "log line format"),
+    ("--record", "recording.record_dir", {"metavar": "DIR"}, "write one cassette per exchange"),
+    ("--replay", "recording.replay_dir", {"metavar": "DIR"}, "answer from the cassettes in DIR"),
+    (
+        "--replay-timing",
+        "recording.replay_timing",
+        {"action": "store_true"},
+        "replay with recorded timing",
+    ),
+)
+CONFIG_HELP = "TOML config file (env STREAMFIX_CONFIG; default: none, built-in defaults)"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, its usage errors on one line: what is wrong, and where to read more."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's default in its help, except where there is none to show (None: not
+    given; False: a switch that is off) or the help says it already."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default in (None, False, argparse.SUPPRESS) or "default:" in (action.help or ""):
+            return action.help or ""
+        return super()._get_help_string(action)
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    options: dict[str, Any] = {"formatter_class": _HelpFormatter}
+    parser = _Parser(
         prog="streamfix",
         description="Reverse proxy that repairs OpenAI-compatible chat streams in flight.",
+        **options,
     )
-    commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="run the proxy")
+    parser.add_argument("--version", action="version", version=f"streamfix {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+    serve = commands.add_parser("serve", help="run the proxy", **options)
     _config_flags(serve)
-    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     replay = commands.add_parser(
-        "replay", help="check cassettes against today's repairs and the client rules"
+        "replay", help="check cassettes against today's repairs and the client rules", **options
     )
     replay.add_argument("directory", help="directory of cassettes")
     replay.add_argument("--update", action="store_true", help="rewrite changed client output")
-    replay.add_argument("--config", help="TOML config file (env STREAMFIX_CONFIG)")
+    replay.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
     explain = commands.add_parser(
-        "explain", help="show a cassette's upstream events beside the client's, with the repairs"
+        "explain",
+        help="show a cassette's upstream events beside the client's, with the repairs",
+        **options,
     )
     explain.add_argument("paths", nargs="+", help="cassettes, or directories of cassettes")
     explain.add_argument("--json", action="store_true", help="a JSON document for tools")
@@ -45,41 +95,39 @@ def _parser() -> argparse.ArgumentParser:
         default="auto",
         help="colour: auto is on a terminal unless NO_COLOR is set (FORCE_COLOR forces it)",
     )
-    explain.add_argument("--config", help="TOML config file (env STREAMFIX_CONFIG)")
-    config = commands.add_parser("config", help="print the effective configuration")
+    explain.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
+    config = commands.add_parser(
+        "config",
+        help="print the effective configuration as TOML, secrets masked",
+        description="Print the effective configuration (defaults, the config file, STREAMFIX_* "
+        "variables and these flags) as TOML to paste into a config file, secrets masked.",
+        **options,
+    )
     _config_flags(config)
+    config.add_argument("--json", action="store_true", help="print JSON instead, for tools")
     return parser
 
 
 def _config_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", help="TOML config file (env STREAMFIX_CONFIG)")
-    parser.add_argument("--upstream", help="upstream base URL (env STREAMFIX_UPSTREAM)")
-    parser.add_argument("--host", help="address to listen on (env STREAMFIX_HOST)")
-    parser.add_argument("--port", type=int, help="port to listen on (env STREAMFIX_PORT)")
-    parser.add_argument(
-        "--profile", choices=PROFILE_NAMES, help="provider profile (env STREAMFIX_PROFILE)"
-    )
-    parser.add_argument("--workers", type=int, help="worker processes (env STREAMFIX_WORKERS)")
-    parser.add_argument("--log-format", choices=["text", "json"], help="log line format")
-    parser.add_argument("--record", metavar="DIR", help="write one cassette per exchange to DIR")
-    parser.add_argument("--replay", metavar="DIR", help="answer from the cassettes in DIR")
-    parser.add_argument(
-        "--replay-timing", action="store_true", default=None, help="replay with recorded timing"
-    )
+    parser.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
+    defaults = flatten(Settings().to_dict())
+    variables = {key: name for name, key in ENVIRONMENT_KEYS.items()}
+    for flag, key, options, text in SETTINGS_FLAGS:
+        default = defaults[key]
+        shown = orjson.dumps(default).decode() if isinstance(default, str | bool) else default
+        where = [f"default: {shown}"]
+        if key in variables:
+            where.append(f"env {variables[key]}")
+        where.append(f"config {key}")
+        if "choices" not in options and "action" not in options:
+            options = {"metavar": flag.lstrip("-").upper(), **options}  # not "SERVER.PORT"
+        parser.add_argument(
+            flag, dest=key, default=None, help=f"{text} ({'; '.join(where)})", **options
+        )
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    flags = {
-        "upstream.base_url": args.upstream,
-        "upstream.profile": args.profile,
-        "server.host": args.host,
-        "server.port": args.port,
-        "server.workers": args.workers,
-        "server.log_format": args.log_format,
-        "recording.record_dir": args.record,
-        "recording.replay_dir": args.replay,
-        "recording.replay_timing": args.replay_timing,
-    }
+    flags = {key: getattr(args, key) for _, key, _, _ in SETTINGS_FLAGS}
     settings = Settings.load(args.config, os.environ, flags)
     # Checked here too, in the parent: with several workers a refusal raised only inside each
     # worker would not stop start-up with exit 2.
@@ -99,20 +147,19 @@ def _serve(args: argparse.Namespace) -> int:
     from proxy.server.serving import run, uvicorn_config
 
     settings = _settings(args)
-    configure_logging(args.log_level, settings.server.log_format)
     server = settings.server
+    configure_logging(server.log_level, server.log_format)
     if server.workers > 1:
         os.environ[SETTINGS_ENVIRONMENT] = orjson.dumps(settings.to_dict()).decode()
-        os.environ[LOG_LEVEL_ENVIRONMENT] = args.log_level
         config = uvicorn_config(
             "proxy.cli:app_from_environment",
             server,
-            args.log_level,
+            server.log_level,
             factory=True,
             workers=server.workers,
         )
     else:
-        config = uvicorn_config(create_app(settings), server, args.log_level)
+        config = uvicorn_config(create_app(settings), server, server.log_level)
     run(config)
     return 0
 
@@ -123,7 +170,7 @@ def app_from_environment() -> object:
     from proxy.server.logs import configure_logging
 
     settings = Settings.from_dict(orjson.loads(os.environ[SETTINGS_ENVIRONMENT]))
-    configure_logging(os.environ.get(LOG_LEVEL_ENVIRONMENT, "info"), settings.server.log_format)
+    configure_logging(settings.server.log_level, settings.server.log_format)
     return create_app(settings)
 
 
@@ -160,18 +207,40 @@ def _explain(args: argparse.Namespace) -> int:
 
 
 def _config(args: argparse.Namespace) -> int:
-    from proxy.settings.display import masked
+    from proxy.settings.display import as_toml, masked
 
     document = masked(_settings(args), os.environ)
-    print(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
+    if args.json:
+        print(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
+    else:
+        print(as_toml(document), end="")
     return 0
 
 
+COMMANDS = {"serve": _serve, "replay": _replay, "explain": _explain, "config": _config}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    commands = {"serve": _serve, "replay": _replay, "explain": _explain, "config": _config}
+    """Exit status: 0 done, 1 replay found differences, 2 a usage or configuration error
+    (one line on stderr, never a traceback), 130 interrupted."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:  # bare `streamfix`: what it can do, as uvicorn and git show
+        parser.print_help()
+        return 0
     try:
-        return commands[args.command](args)
+        code = COMMANDS[args.command](args)
+        sys.stdout.flush()  # so a closed pipe shows up here, not in the flush at exit
+        return code
     except ConfigError as exc:
         print(f"streamfix: invalid configuration: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # `streamfix config | head -1`: the reader has what it wanted. Python's recipe (the
+        # signal module's "Note on SIGPIPE"): point stdout at devnull so the interpreter's own
+        # flush at exit does not fail again with the same error.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        return 130

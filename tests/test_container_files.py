@@ -249,7 +249,7 @@ def test_the_image_configuration_loads() -> None:
     env.update({k: v for k, v in environment.items() if k.startswith("STREAMFIX_")})
     env["STREAMFIX_CONFIG"] = str(config)
     done = subprocess.run(
-        [sys.executable, "-m", "proxy", "config"],
+        [sys.executable, "-m", "proxy", "config", "--json"],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -51,6 +51,10 @@ class Exchange:
     def count(self, kind: str, amount: int = 1) -> None:
         if amount:
             self.repairs[kind] += amount
+            # `--log-level debug` shows each repair as it happens. isEnabledFor is a cached
+            # lookup, so at the usual levels this costs the streaming path next to nothing.
+            if logger.isEnabledFor(logging.DEBUG):
+                logger.debug("[%s] %s +%d", self.request_id, kind, amount)
 
     def summary(self) -> str:
         """The repairs so far as `kind:count,…` in kind order, or `none`: one spelling for the

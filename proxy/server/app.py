@@ -273,6 +273,8 @@ class Proxy:
                 UPSTREAM: UpstreamContext(route.upstream.base_url, exchange.profile.name, exchange),
             },
         )
+        if logger.isEnabledFor(logging.DEBUG):
+            _log_upstream_request(exchange, outgoing)
         started = time.monotonic()
         try:
             response = await self._send_upstream(outgoing, exchange)
@@ -360,6 +362,23 @@ def _plain_exchange(request: Request, request_id: str, route: str, model: object
         route=route,
         method=request.method,
         path=request.url.path,
+    )
+
+
+def _log_upstream_request(exchange: Exchange, outgoing: httpx.Request) -> None:
+    """The upstream request line at DEBUG: method, host and path only. The query string can
+    carry a credential (`?key=`) and the URL's userinfo one too, so neither is written."""
+    url = outgoing.url
+    host = f"[{url.host}]" if ":" in url.host else url.host
+    port = f":{url.port}" if url.port else ""
+    logger.debug(
+        "[%s] upstream %s %s://%s%s%s",
+        exchange.request_id,
+        outgoing.method,
+        url.scheme,
+        host,
+        port,
+        url.path,
     )
 
 

@@ -1,4 +1,5 @@
-"""The effective configuration as `streamfix config` prints it: secrets masked."""
+"""The effective configuration as `streamfix config` prints it: secrets masked, as TOML to paste
+into a config file or as JSON for tools."""
 
 from __future__ import annotations
 
@@ -6,8 +7,24 @@ from collections.abc import Mapping
 from typing import Any
 
 from proxy.settings.schema import Settings
+from proxy.settings.toml_text import dumps
 from proxy.settings.values import parse_keys
 from proxy.wire.credentials import MASK, masked_url
+
+# Shown, but not config keys: where each secret comes from (secrets never become settings).
+NOTES = ("api_key", "proxy_api_keys")
+
+TOML_HEADER = f"""\
+# streamfix effective configuration: defaults, the config file, STREAMFIX_* variables and flags.
+# Paste it into a config file as it is. Secrets are never printed: {MASK} stands in for a
+# password in a URL (put the real one back), and the lines for keys read from the environment
+# are comments.
+"""
+
+
+def as_toml(document: dict[str, Any]) -> str:
+    """The `masked` document as TOML that tomllib reads back to the same settings."""
+    return TOML_HEADER + "\n" + dumps(document, NOTES)
 
 
 def masked(settings: Settings, environ: Mapping[str, str]) -> dict[str, Any]:

@@ -38,10 +38,12 @@ ENVIRONMENT_KEYS = {
     "STREAMFIX_PORT": "server.port",
     "STREAMFIX_WORKERS": "server.workers",
     "STREAMFIX_LOG_FORMAT": "server.log_format",
+    "STREAMFIX_LOG_LEVEL": "server.log_level",
 }
 
 
 UPSTREAM_CLIENTS = ("http1", "httpx")
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +56,9 @@ class ServerSettings:
     """Largest non-streamed upstream body the proxy buffers to repair (decoded); past it 502."""
     log_format: str = "text"
     """"text" (one human-readable line per exchange) or "json" (one JSON object per line)."""
+    log_level: str = "info"
+    """Least severe log records written: "debug" adds each repair as it happens and each
+    upstream request line; "warning" and "error" keep only the problems."""
     workers: int = 1
     shutdown_grace_seconds: float = 30.0
     """On SIGTERM: stop accepting, let open streams finish for this long, then close them."""
@@ -86,6 +91,7 @@ class ServerSettings:
 
     def __post_init__(self) -> None:
         one_of("log_format", self.log_format, ("text", "json"))
+        one_of("log_level", self.log_level, LOG_LEVELS)
         one_of("upstream_client", self.upstream_client, UPSTREAM_CLIENTS)
         if not 0 < self.port < 65536:
             raise ConfigError(f"port: must be between 1 and 65535, got {self.port}")
@@ -218,17 +224,40 @@ class Settings:
         environ: Mapping[str, str] | None = None,
         overrides: Mapping[str, Any] | None = None,
     ) -> Settings:
-        """Build settings from a config file, the environment and flags (dotted keys)."""
+        """Build settings from a config file, the environment and flags (dotted keys).
+
+        Each source is applied on its own, lowest first, so each one's values are checked
+        (a bad value in the file is reported even when a flag sets the same key) and an error
+        says which source it came from. The file's values are typed (TOML's own types); the
+        environment's and the flags' strings are parsed (`convert`)."""
         environ = environ if environ is not None else {}
         path = path or environ.get("STREAMFIX_CONFIG")
-        values: dict[str, Any] = {}
+        settings = cls()
         if path:
-            values.update(flatten(read_toml(Path(path))))
-        values.update(
-            {key: environ[name] for name, key in ENVIRONMENT_KEYS.items() if environ.get(name)}
-        )
-        values.update({key: value for key, value in (overrides or {}).items() if value is not None})
-        return cls().with_values(values)
+            values = flatten(read_toml(Path(path)))
+            settings = settings._applied(values, f"in config file {path}", text=False)
+        variables = {key: name for name, key in ENVIRONMENT_KEYS.items() if environ.get(name)}
+        values = {key: environ[name] for key, name in variables.items()}
+        settings = settings._applied(values, "from the environment", text=True, names=variables)
+        flags = {key: value for key, value in (overrides or {}).items() if value is not None}
+        return settings._applied(flags, "from the command line", text=True)
+
+    def _applied(
+        self,
+        values: Mapping[str, Any],
+        source: str,
+        text: bool,
+        names: Mapping[str, str] | None = None,
+    ) -> Settings:
+        """`with_values`, its error saying where the value came from (`names`: key -> the
+        environment variable that set it)."""
+        try:
+            return self.with_values(values, text=text)
+        except ConfigError as exc:
+            message = str(exc)
+            named = [name for key, name in (names or {}).items() if message.startswith(f"{key}:")]
+            where = f"{source}, {', '.join(named)}" if named else source
+            raise ConfigError(f"{message} ({where})") from None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -238,13 +267,14 @@ class Settings:
         """The inverse of `to_dict` (how worker processes receive the parent's settings)."""
         return cls().with_values(flatten(document))
 
-    def with_values(self, values: Mapping[str, Any]) -> Settings:
-        """A copy with dotted keys (`"tool_calls.emit"`) set, each checked and converted."""
+    def with_values(self, values: Mapping[str, Any], text: bool = True) -> Settings:
+        """A copy with dotted keys (`"tool_calls.emit"`) set, each checked and converted;
+        `text`: strings for non-string keys are parsed, as the environment's are (`convert`)."""
         sections: dict[str, dict[str, Any]] = {}
         changes: dict[str, Any] = {}
         for key, value in values.items():
             if key == "routes":
-                changes["routes"] = _routes(value)
+                changes["routes"] = _routes(value, text)
                 continue
             section, _, name = key.partition(".")
             sections.setdefault(section, {})[name] = value
@@ -260,15 +290,15 @@ class Settings:
             current = getattr(self, name) if known else None
             if current is None:
                 raise ConfigError(f"{section}: unknown config section")
-            changes[name] = replace_checked(section, current, items)
+            changes[name] = replace_checked(section, current, items, text)
         return replace(self, **changes)
 
 
-def _routes(tables: Any) -> tuple[RouteSettings, ...]:
+def _routes(tables: Any, text: bool) -> tuple[RouteSettings, ...]:
     if not isinstance(tables, list | tuple) or not all(isinstance(t, Mapping) for t in tables):
         raise ConfigError("routes: must be a list of [[routes]] tables")
     routes = tuple(
-        replace_checked(f"routes[{i}]", RouteSettings(name="-", models=("-",)), table)
+        replace_checked(f"routes[{i}]", RouteSettings(name="-", models=("-",)), table, text)
         for i, table in enumerate(tables)
     )
     names = [route.name for route in routes]

@@ -6,6 +6,7 @@ message that says where to look.
 
 from __future__ import annotations
 
+import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import fields, replace
@@ -33,11 +34,20 @@ def one_of(key: str, value: str, allowed: tuple[str, ...]) -> None:
 
 
 def read_toml(path: Path) -> dict[str, Any]:
+    """The file's tables; every way it can fail to be read is one ConfigError naming it."""
     try:
         with path.open("rb") as handle:
             return tomllib.load(handle)
     except FileNotFoundError as exc:
         raise ConfigError(f"config file {path} does not exist") from exc
+    except IsADirectoryError as exc:
+        raise ConfigError(f"config file {path} is a directory, not a TOML file") from exc
+    except OSError as exc:  # permissions, a FIFO gone away, an I/O error
+        raise ConfigError(f"config file {path}: cannot be read: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:  # tomllib decodes the bytes as UTF-8 itself
+        raise ConfigError(
+            f"config file {path}: not UTF-8 text (byte {exc.start}); TOML files are UTF-8"
+        ) from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path}: {exc}") from exc
 
@@ -56,46 +66,89 @@ def field_names(obj: Any) -> set[str]:
     return {f.name for f in fields(obj)}
 
 
-def replace_checked(section: str, current: Any, items: Mapping[str, Any]) -> Any:
+def replace_checked(section: str, current: Any, items: Mapping[str, Any], text: bool = True) -> Any:
+    """`current` with `items` set, each converted (see `convert` for `text`)."""
     types = {f.name: f.type for f in fields(current)}
     converted = {}
     for name, value in items.items():
         if name not in types:
             raise ConfigError(f"{section}.{name}: unknown config key")
-        converted[name] = convert(f"{section}.{name}", types[name], value)
+        converted[name] = convert(f"{section}.{name}", types[name], value, text)
     try:
         return replace(current, **converted)
     except ConfigError as exc:
         raise ConfigError(f"{section}.{exc}") from None
 
 
-def convert(key: str, type_name: Any, value: Any) -> Any:
-    """Values from the environment arrive as strings; TOML values arrive typed."""
+_KINDS: dict[str, type] = {"int": int, "float": float, "bool": bool, "str": str}
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def convert(key: str, type_name: Any, value: Any, text: bool = True) -> Any:
+    """`value` as the field's type, or a ConfigError naming `key`.
+
+    A typed value (TOML's, JSON's, a flag argparse already converted) must be of the field's
+    type: an int key takes an int, a float key an int or a float, a bool key a bool, a str key a
+    str; a bool is never a number (TOML would otherwise read `workers = true` as 1) and a float
+    never an int (`port = 19101.9` is a mistake, not 19101). A string for another type is parsed
+    only when `text` says it came from text (the environment, flags): `"8080"`, `"2.5"`, and for
+    a bool `1/0, true/false, yes/no, on/off` in any case. In a TOML file a quoted `"yes"` for a
+    bool key is refused: the file has real booleans.
+    """
     if str(type_name).startswith("tuple"):
-        items = value.split(",") if isinstance(value, str) else value
+        items = value.split(",") if isinstance(value, str) and text else value
         if not isinstance(items, list | tuple):
             raise ConfigError(f"{key}: expected a list, got {value!r}")
         return tuple(item.strip() if isinstance(item, str) else item for item in items if item)
-    kind = {"int": int, "float": float, "bool": bool, "str": str}.get(str(type_name))
+    kind = _KINDS.get(str(type_name))
     if kind is None:
         return value
+    if isinstance(value, str) and kind is not str:
+        if not text:
+            raise ConfigError(f"{key}: expected {_expected(kind)}, got the string {value!r}")
+        return _parsed(key, kind, value)
     if kind is bool:
-        if isinstance(value, bool):
-            return value
-        if str(value).lower() in ("1", "true", "yes", "on"):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}: expected true or false, got {value!r}")
+        return value
+    if kind is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}: expected str (a quoted string), got {value!r}")
+        return value
+    allowed = (int,) if kind is int else (int, float)
+    if isinstance(value, bool) or not isinstance(value, allowed):
+        raise ConfigError(f"{key}: expected {_expected(kind)}, got {value!r}")
+    return _positive(key, kind(value), value)
+
+
+def _expected(kind: type) -> str:
+    return {int: "int (a whole number)", float: "float (a number)", bool: "true or false"}[kind]
+
+
+def _parsed(key: str, kind: type, value: str) -> Any:
+    """A string from the environment or a flag as `kind`."""
+    if kind is bool:
+        if value.strip().lower() in _TRUE:
             return True
-        if str(value).lower() in ("0", "false", "no", "off"):
+        if value.strip().lower() in _FALSE:
             return False
         raise ConfigError(f"{key}: expected true or false, got {value!r}")
-    if isinstance(value, bool) and kind is not str:
-        raise ConfigError(f"{key}: expected a number, got {value!r}")
     try:
         converted = kind(value)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{key}: expected {kind.__name__}, got {value!r}") from exc
-    if kind in (int, float) and converted <= 0:
+    except ValueError as exc:
+        raise ConfigError(f"{key}: expected {_expected(kind)}, got {value!r}") from exc
+    return _positive(key, converted, value)
+
+
+def _positive(key: str, number: float, value: Any) -> float:
+    # Every number the settings hold is a size, a count, a port or a duration. NaN compares
+    # false with everything, so it would pass `<= 0` and then every limit check downstream.
+    if not math.isfinite(number):
+        raise ConfigError(f"{key}: must be a finite number, got {value!r}")
+    if number <= 0:
         raise ConfigError(f"{key}: must be positive, got {value!r}")
-    return converted
+    return number
 
 
 def parse_keys(value: str | None) -> tuple[str, ...]:

@@ -399,7 +399,9 @@ def test_config_prints_the_effective_configuration_with_secrets_masked(tmp_path:
         "STREAMFIX_API_KEYS": PROXY_KEYS,
         "STREAMFIX_PORT": "9191",
     }
-    code, stdout, stderr = run_cli("config", "--config", config, "--workers", "3", env=env)
+    code, stdout, stderr = run_cli(
+        "config", "--json", "--config", config, "--workers", "3", env=env
+    )
     assert code == 0, stderr
     for secret in (REDIS_PASSWORD, UPSTREAM_KEY, *PROXY_KEYS.split(",")):
         assert secret not in stdout + stderr
