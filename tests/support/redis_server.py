@@ -33,7 +33,8 @@ class RedisServerMissing(RuntimeError):
 
 
 @functools.cache
-def _ensured() -> str:
+def _ensured() -> tuple[str | None, str]:
+    """Run ensure_redis.py once per session: (the binary, "") or (None, its one-line reason)."""
     completed = subprocess.run(
         [sys.executable, str(ENSURE_SCRIPT)],
         stdin=subprocess.DEVNULL,
@@ -43,26 +44,24 @@ def _ensured() -> str:
     )
     binary = shutil.which("redis-server")
     if completed.returncode == 0 and binary is not None:
-        return binary
+        return binary, ""
     lines = completed.stderr.strip().splitlines()
-    raise RedisServerMissing(
-        lines[-1] if lines else f"{ENSURE_SCRIPT.name} exited {completed.returncode}"
-    )
+    return None, lines[-1] if lines else f"{ENSURE_SCRIPT.name} exited {completed.returncode}"
 
 
 def ensure_redis_server() -> str:
     """The path of `redis-server`, installed by ensure_redis.py first when it is missing.
 
-    Raises RedisServerMissing with the script's one-line reason when it cannot be had.
+    Raises RedisServerMissing with the script's one-line reason when it cannot be had (the
+    script runs once per session: every Redis test then fails with the same line).
     """
     binary = shutil.which("redis-server")
     if binary is not None:
         return binary
-    try:
-        return _ensured()
-    except RedisServerMissing:
-        _ensured.cache_clear()  # the next test tries (and says why) again
-        raise
+    binary, reason = _ensured()
+    if binary is None:
+        raise RedisServerMissing(reason)
+    return binary
 
 
 class RedisServer:
@@ -184,7 +183,10 @@ def started_redis_server() -> Iterator[RedisServer]:
     """Body of the `redis_server` fixture: fails the test (never skips) without the binary."""
     try:
         ensure_redis_server()
+        missing = ""
     except RedisServerMissing as exc:
-        pytest.fail(str(exc), pytrace=False)
+        missing = str(exc)
+    if missing:  # outside the except: the failure is the line alone, no chained traceback
+        pytest.fail(missing, pytrace=False)
     with running_redis() as server:
         yield server
