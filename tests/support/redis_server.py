@@ -3,14 +3,18 @@
 `RedisServer` runs the Debian package's binary as a subprocess with nothing persisted
 (`--save "" --appendonly no`), bound to 127.0.0.1 only. `stop()` and `start()` again on the
 same port let a test take Redis away and bring it back (outage and recovery). A missing binary
-is an error, not a skip: `.ci/run` installs the package, so the tests always run.
+is an error, not a skip: when it is not on the PATH, `ensure_redis_server()` runs
+tests/support/ensure_redis.py, which installs it where it can (root or passwordless sudo) and
+otherwise says in one line what to install; that line is then the tests' failure.
 """
 
 from __future__ import annotations
 
+import functools
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,14 +25,43 @@ import pytest
 from tests.support.servers import free_port
 from tests.support.waiting import wait_until
 
-MISSING_MESSAGE = (
-    "redis-server is not installed, and the Redis receipt-store tests need a real one: "
-    "install the Debian package (`apt-get install -y redis-server`; .ci/run does this)"
-)
+ENSURE_SCRIPT = Path(__file__).resolve().with_name("ensure_redis.py")
 
 
 class RedisServerMissing(RuntimeError):
-    """`redis-server` is not on the PATH."""
+    """`redis-server` is not on the PATH, and ensure_redis.py could not install it."""
+
+
+@functools.cache
+def _ensured() -> tuple[str | None, str]:
+    """Run ensure_redis.py once per session: (the binary, "") or (None, its one-line reason)."""
+    completed = subprocess.run(
+        [sys.executable, str(ENSURE_SCRIPT)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    binary = shutil.which("redis-server")
+    if completed.returncode == 0 and binary is not None:
+        return binary, ""
+    lines = completed.stderr.strip().splitlines()
+    return None, lines[-1] if lines else f"{ENSURE_SCRIPT.name} exited {completed.returncode}"
+
+
+def ensure_redis_server() -> str:
+    """The path of `redis-server`, installed by ensure_redis.py first when it is missing.
+
+    Raises RedisServerMissing with the script's one-line reason when it cannot be had (the
+    script runs once per session: every Redis test then fails with the same line).
+    """
+    binary = shutil.which("redis-server")
+    if binary is not None:
+        return binary
+    binary, reason = _ensured()
+    if binary is None:
+        raise RedisServerMissing(reason)
+    return binary
 
 
 class RedisServer:
@@ -54,9 +87,7 @@ class RedisServer:
         """Start the server (on the same port as before, if it ran before) and wait for PING."""
         if self.running:
             return
-        binary = shutil.which("redis-server")
-        if binary is None:
-            raise RedisServerMissing(MISSING_MESSAGE)
+        binary = ensure_redis_server()
         # The first start may lose a race for a port picked by free_port(); try a fresh one.
         # A restart must keep its port, so it gets a single attempt.
         attempts = 1 if self._fixed_port or self.process is not None else 3
@@ -150,7 +181,12 @@ def running_redis() -> Iterator[RedisServer]:
 
 def started_redis_server() -> Iterator[RedisServer]:
     """Body of the `redis_server` fixture: fails the test (never skips) without the binary."""
-    if shutil.which("redis-server") is None:
-        pytest.fail(MISSING_MESSAGE, pytrace=False)
+    try:
+        ensure_redis_server()
+        missing = ""
+    except RedisServerMissing as exc:
+        missing = str(exc)
+    if missing:  # outside the except: the failure is the line alone, no chained traceback
+        pytest.fail(missing, pytrace=False)
     with running_redis() as server:
         yield server
