@@ -10,6 +10,7 @@ installed side by side under npm aliases (see package.json):
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -68,9 +69,15 @@ def ensure_node_modules() -> None:
         return
     npm = _resolved(nodejs.npm)
     # Parallel test workers would otherwise run `npm ci` over each other. The lock
-    # lives outside the tree (npm ci deletes node_modules; git should not see it).
-    with open(Path(tempfile.gettempdir()) / "streamfix-npm-ci.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    # lives outside the tree (npm ci deletes node_modules; git should not see it); opened to
+    # append, never truncate, and another user's lock file on a shared /tmp means no lock.
+    try:
+        lock = open(Path(tempfile.gettempdir()) / "streamfix-npm-ci.lock", "a")  # noqa: SIM115
+    except OSError:
+        lock = None
+    with lock if lock is not None else contextlib.nullcontext():
+        if lock is not None:
+            fcntl.flock(lock, fcntl.LOCK_EX)
         if _installed():  # another worker finished it while we waited
             return
         proc = subprocess.run(
