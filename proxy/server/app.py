@@ -26,7 +26,7 @@ from proxy.server.body_limits import BodyBudget
 from proxy.server.chat_request import model_of, parse_chat_request, read_body
 from proxy.server.delivery import relay, repaired_json, repaired_sse, repairs_header
 from proxy.server.errors import ClientError, error_response
-from proxy.server.logs import EXCHANGE, quiet_client_loggers
+from proxy.server.logs import log_exchange, quiet_client_loggers
 from proxy.server.metrics import CONTENT_TYPE, Metrics
 from proxy.server.paths import UnsafePath, checked_relative
 from proxy.server.startup import startup_line
@@ -274,7 +274,10 @@ class Proxy:
             },
         )
         if logger.isEnabledFor(logging.DEBUG):
-            _log_upstream_request(exchange, outgoing)
+            # Method, host and path only: the query and the URL's userinfo may carry a key.
+            url = outgoing.url
+            where = f"{url.scheme}://{upstream_origin(url)}{url.path}"
+            logger.debug("[%s] upstream %s %s", exchange.request_id, outgoing.method, where)
         started = time.monotonic()
         try:
             response = await self._send_upstream(outgoing, exchange)
@@ -327,31 +330,7 @@ class Proxy:
         self.metrics.record(exchange.route, status, duration, exchange.repairs)
         if self.tracing:
             self.tracing.finished(exchange, status)
-        if not logger.isEnabledFor(logging.INFO):
-            return
-        fields = {
-            "request_id": exchange.request_id,
-            "method": exchange.method,
-            "path": exchange.path,
-            "route": exchange.route,
-            "model": exchange.request.get("model"),
-            "profile": exchange.profile.name,
-            "status": status,
-            "duration_s": round(duration, 4),
-            "repairs": dict(exchange.repairs),
-        }
-        logger.info(
-            "[%s] %s %s route=%s model=%s status=%d duration=%.3fs repairs=%s",
-            exchange.request_id,
-            exchange.method,
-            exchange.path,
-            exchange.route,
-            fields["model"],
-            status,
-            duration,
-            exchange.summary() if exchange.repairs else "-",
-            extra={EXCHANGE: fields},
-        )
+        log_exchange(logger, exchange, status, duration)
 
 
 def _plain_exchange(request: Request, request_id: str, route: str, model: object) -> Exchange:
@@ -362,23 +341,6 @@ def _plain_exchange(request: Request, request_id: str, route: str, model: object
         route=route,
         method=request.method,
         path=request.url.path,
-    )
-
-
-def _log_upstream_request(exchange: Exchange, outgoing: httpx.Request) -> None:
-    """The upstream request line at DEBUG: method, host and path only. The query string can
-    carry a credential (`?key=`) and the URL's userinfo one too, so neither is written."""
-    url = outgoing.url
-    host = f"[{url.host}]" if ":" in url.host else url.host
-    port = f":{url.port}" if url.port else ""
-    logger.debug(
-        "[%s] upstream %s %s://%s%s%s",
-        exchange.request_id,
-        outgoing.method,
-        url.scheme,
-        host,
-        port,
-        url.path,
     )
 
 

@@ -6,9 +6,12 @@ import logging
 import re
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
+
+if TYPE_CHECKING:
+    from proxy.repair.exchange import Exchange
 
 # Fields an exchange log line carries in `extra={"exchange": {...}}`.
 EXCHANGE = "exchange"
@@ -93,3 +96,33 @@ def configure_logging(level: str = "info", fmt: str = "text") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+
+
+def log_exchange(logger: logging.Logger, exchange: Exchange, status: int, duration: float) -> None:
+    """The one line an exchange gets when it is over: readable as text, and its fields whole in
+    `extra` for the JSON format. Written under the caller's logger, so its name says where."""
+    if not logger.isEnabledFor(logging.INFO):
+        return
+    fields = {
+        "request_id": exchange.request_id,
+        "method": exchange.method,
+        "path": exchange.path,
+        "route": exchange.route,
+        "model": exchange.request.get("model"),
+        "profile": exchange.profile.name,
+        "status": status,
+        "duration_s": round(duration, 4),
+        "repairs": dict(exchange.repairs),
+    }
+    logger.info(
+        "[%s] %s %s route=%s model=%s status=%d duration=%.3fs repairs=%s",
+        exchange.request_id,
+        exchange.method,
+        exchange.path,
+        exchange.route,
+        fields["model"],
+        status,
+        duration,
+        exchange.summary() if exchange.repairs else "-",
+        extra={EXCHANGE: fields},
+    )

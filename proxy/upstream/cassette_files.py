@@ -80,7 +80,9 @@ class CassetteShelf:
                 cassette = self._pending[0]  # still pending (counted) while it is written
             try:
                 self._write(cassette)
-            except Exception:  # one unwritable cassette must not stop the others
+            # Everything, a bug in the encoding too: a dead worker would leave `_writing` set
+            # and every later close waiting forever. Logged; the client was answered already.
+            except Exception:
                 logger.exception("cassette for %s /%s not written", cassette.method, cassette.path)
             finally:
                 with self._changed:
