@@ -8,6 +8,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from proxy.repair.markup.rules import MarkupRules
 from proxy.repair.profiles import PROFILES, ProviderProfile
 from proxy.repair.tenancy import ReceiptScope
 
@@ -36,6 +37,8 @@ class Exchange:
     """The client's method and (normalised) path, so a log line tells a chat from `/v1/models`."""
     profile: ProviderProfile = PROFILES["generic"]
     """What the upstream of this request needs, decided once, before the stream starts."""
+    markup: MarkupRules = field(default_factory=MarkupRules)
+    """What the route lets the markup repairs do with text that is really calls or reasoning."""
     scope: ReceiptScope = field(default_factory=lambda: ReceiptScope(None, "none"))
     """No tenant unless the request showed a credential: no receipts kept or given."""
     started: float = field(default_factory=time.monotonic)

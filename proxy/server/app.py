@@ -236,6 +236,7 @@ class Proxy:
             method=request.method,
             path=request.url.path,
             profile=route.profile(body.get("model")),
+            markup=route.markup(),
             scope=ReceiptScope(tenant, route.identity),
             debug=request.headers.get("x-streamfix-debug") == "1",
         )

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from proxy.repair.markup.rules import REASONING_FIELDS
 from proxy.repair.profiles import PROFILES
 from proxy.settings.values import (
     ConfigError,
@@ -112,9 +113,20 @@ class UpstreamSettings:
     """Name of an environment variable holding this upstream's own key (never the key)."""
     model: str = ""
     """Model name sent upstream instead of the client's, when set."""
+    text_tool_calls: bool = True
+    """Turn tool-call markup the upstream wrote as content into real tool calls (only for
+    declared tools, with arguments that validate; proxy/repair/markup/)."""
+    text_reasoning: bool = True
+    """Move `<think>…</think>` at the start of content, and harmony's analysis channel written
+    as text, into the reasoning field."""
+    reasoning_field: str = "reasoning_content"
+    """Where that reasoning goes: "reasoning_content", "reasoning" or "both"."""
+    think_opened_by_template: bool = False
+    """The chat template opens `<think>` itself: content starts as reasoning until `</think>`."""
 
     def __post_init__(self) -> None:
         one_of("profile", self.profile, PROFILE_NAMES)
+        one_of("reasoning_field", self.reasoning_field, REASONING_FIELDS)
         if not is_http_url(self.base_url):
             raise ConfigError(
                 f"base_url: must be an http:// or https:// URL, got {self.base_url!r}"

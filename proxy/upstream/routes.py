@@ -11,6 +11,7 @@ from urllib.parse import unquote_plus
 
 import httpx
 
+from proxy.repair.markup.rules import MarkupRules
 from proxy.repair.profiles import ProviderProfile, profile_for
 from proxy.repair.tenancy import upstream_identity
 from proxy.settings.schema import ConfigError, Settings, UpstreamSettings
@@ -35,6 +36,15 @@ class UpstreamRoute:
 
     def profile(self, model: object) -> ProviderProfile:
         return profile_for(self.upstream.profile, self.upstream.base_url, model)
+
+    def markup(self) -> MarkupRules:
+        upstream = self.upstream
+        return MarkupRules(
+            tool_calls=upstream.text_tool_calls,
+            reasoning=upstream.text_reasoning,
+            reasoning_field=upstream.reasoning_field,
+            think_opened_by_template=upstream.think_opened_by_template,
+        )
 
 
 class Router:
