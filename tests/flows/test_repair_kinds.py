@@ -511,6 +511,12 @@ CASES += [
     Case("text_tool_call_in_code", written(f"For example:\n```\n{hermes()}\n```\n")),
     Case("text_tool_call_unclosed", written(hermes()[:-14])),
     Case("text_tool_call_truncated", written(hermes()[:-14], finish="length")),
+    Case("arguments_object_stringified", called(arguments={"city": "Paris"})),
+    Case(
+        "arguments_decoded_twice",
+        called(arguments=orjson.dumps('{"city": "Paris"}').decode()),
+        tools=(CITY_TOOL,),
+    ),
     Case(
         "text_tool_call_too_long",
         written(hermes(arguments='{"city": "' + "P" * 200 + '"}')[:-14]),
