@@ -137,6 +137,10 @@ def _find_outside_strings(text: str, start: int, marker: str) -> int | None:
     return None
 
 
+_INVALID = object()
+"""`_json`: the text is not JSON (None would be JSON's null)."""
+
+
 def _json_dict(text: str) -> dict[str, Any] | None:
     """The JSON object `text` holds (whitespace around it allowed), or None."""
     value = _json(text)
@@ -147,7 +151,7 @@ def _json(text: str) -> Any:
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
-        return None
+        return _INVALID
 
 
 def _after_value(span: str, stop: int, final: bool) -> int | None:
@@ -821,16 +825,15 @@ class Harmony(MarkupFamily):
         return None if arguments is None else [ParsedCall(names[0], arguments)]
 
 
-class MiniMaxM2(_Closed):
-    """MiniMax-M2 (its chat template): `<minimax:tool_call>\\n<invoke name="NAME">\\n
-    <parameter name="KEY">VALUE</parameter>\\n</invoke>\\n</minimax:tool_call>`, several invokes
-    in one block. Values are bare text; MiniMax's servers strip the whitespace around them."""
+class _Invokes(_Closed):
+    """Invoke blocks: `<invoke name="NAME">` holding `<parameter name="KEY" …>VALUE</parameter>`
+    elements, several invokes in one block (MiniMax-M2, DeepSeek's DSML)."""
 
-    family = "minimax_m2"
-    openers = ("<minimax:tool_call>",)
-    closers = ("</minimax:tool_call>",)
-    _invoke = "<invoke name="
-    _parameter = "<parameter name="
+    _invoke: ClassVar[str] = "<invoke name="
+    _invoke_end: ClassVar[str] = "</invoke>"
+    _parameter: ClassVar[str] = "<parameter name="
+    _parameter_end: ClassVar[str] = "</parameter>"
+    strings: ClassVar[bool] = True
 
     def name(self, span: str, opener: str) -> Name:
         found = _expect(span, _skip_ws(span, len(opener)), self._invoke)
@@ -846,42 +849,99 @@ class MiniMaxM2(_Closed):
         calls = []
         position = _skip_ws(body, 0)
         while position < len(body):
-            head = self._head(body, position, self._invoke)
-            close = body.find("</invoke>", position)
-            if head is None or close < 0:
+            head = self._tag(body, position, self._invoke)
+            if head is None:
                 return None
-            name, head_end = head
-            arguments = self._parameters(body[head_end:close])
+            attributes, after = head
+            close = body.find(self._invoke_end, after)
+            name = _unquote(attributes)
+            arguments = None if close < 0 else self._parameters(body[after:close])
             if arguments is None or not _valid_name(name):
                 return None
-            calls.append(ParsedCall(name, arguments, strings=True))
-            position = _skip_ws(body, close + len("</invoke>"))
+            calls.append(ParsedCall(name, arguments, strings=self.strings))
+            position = _skip_ws(body, close + len(self._invoke_end))
         return calls or None
 
-    def _parameters(self, inner: str) -> dict[str, str] | None:
-        values: dict[str, str] = {}
+    def _parameters(self, inner: str) -> dict[str, Any] | None:
+        values: dict[str, Any] = {}
         position = _skip_ws(inner, 0)
         while position < len(inner):
-            head = self._head(inner, position, self._parameter)
-            close = inner.find("</parameter>", position)
-            if head is None or close < 0 or not head[0] or head[0] in values:
+            head = self._tag(inner, position, self._parameter)
+            close = -1 if head is None else inner.find(self._parameter_end, head[1])
+            argument = (
+                None
+                if head is None or close < 0
+                else self._argument(head[0], inner[head[1] : close])
+            )
+            if argument is None or not argument[0] or argument[0] in values:
                 return None
-            values[head[0]] = inner[head[1] : close].strip()
-            position = _skip_ws(inner, close + len("</parameter>"))
+            values[argument[0]] = argument[1]
+            position = _skip_ws(inner, close + len(self._parameter_end))
         return values
 
+    def _argument(self, attributes: str, value: str) -> tuple[str, Any] | None:
+        """The parameter's (key, value) from its tag's attributes and its text."""
+        raise NotImplementedError
+
     @staticmethod
-    def _head(text: str, at: int, prefix: str) -> tuple[str, int] | None:
-        """`<invoke name="X">` or `<parameter name="X">` at `at`: (X, index after `>`)."""
+    def _tag(text: str, at: int, prefix: str) -> tuple[str, int] | None:
+        """The opening tag starting with `prefix` at `at`: (its attributes' text after the
+        prefix, the index after its `>`)."""
         if not text.startswith(prefix, at):
             return None
-        head_end = text.find(">", at)
-        if head_end < 0:
+        tag_end = text.find(">", at)
+        return None if tag_end < 0 else (text[at + len(prefix) : tag_end], tag_end + 1)
+
+
+def _unquote(attribute: str) -> str:
+    """An attribute value, in double or single quotes or (as models sometimes write) bare."""
+    value = attribute.strip()
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+        return value[1:-1]
+    return value
+
+
+class MiniMaxM2(_Invokes):
+    """MiniMax-M2 (its chat template): `<minimax:tool_call>\\n<invoke name="NAME">\\n
+    <parameter name="KEY">VALUE</parameter>\\n</invoke>\\n</minimax:tool_call>`, several invokes
+    in one block. Values are bare text; MiniMax's servers strip the whitespace around them."""
+
+    family = "minimax_m2"
+    openers = ("<minimax:tool_call>",)
+    closers = ("</minimax:tool_call>",)
+
+    def _argument(self, attributes: str, value: str) -> tuple[str, Any] | None:
+        return _unquote(attributes), value.strip()
+
+
+_DSML = f"{_FW}DSML{_FW}"
+
+
+class DeepSeekDsml(_Invokes):
+    """DeepSeek V3.2's DSML (its encoding script, `encoding_dsv32.py`): `<|DSML|function_calls>`
+    holding `<|DSML|invoke name="NAME">` blocks of `<|DSML|parameter name="KEY" string="true">
+    VALUE</|DSML|parameter>` (the bars fullwidth, as in every DeepSeek marker); later DeepSeek
+    encodings name the block `tool_calls`. The model types each value itself: `string="true"` is
+    the text as written, `string="false"` a JSON value."""
+
+    family = "deepseek_dsml"
+    openers = (f"<{_DSML}function_calls>", f"<{_DSML}tool_calls>")
+    closers = (f"</{_DSML}function_calls>", f"</{_DSML}tool_calls>")
+    _invoke = f"<{_DSML}invoke name="
+    _invoke_end = f"</{_DSML}invoke>"
+    _parameter = f"<{_DSML}parameter name="
+    _parameter_end = f"</{_DSML}parameter>"
+    strings = False
+    _attributes = re.compile(r'\s*"([^"]+)"\s+string="(true|false)"\s*')
+
+    def _argument(self, attributes: str, value: str) -> tuple[str, Any] | None:
+        typed = self._attributes.fullmatch(attributes)
+        if typed is None:
             return None
-        raw = text[at + len(prefix) : head_end].strip()
-        if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "\"'":
-            raw = raw[1:-1]
-        return raw, head_end + 1
+        if typed[2] == "true":
+            return typed[1], value
+        decoded = _json(value)
+        return None if decoded is _INVALID else (typed[1], decoded)
 
 
 FAMILIES: tuple[MarkupFamily, ...] = (
@@ -890,6 +950,7 @@ FAMILIES: tuple[MarkupFamily, ...] = (
     Glm(),
     KimiK2(),
     DeepSeek(),
+    DeepSeekDsml(),
     Mistral(),
     LlamaJson(),
     Pythonic(),

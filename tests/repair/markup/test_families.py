@@ -10,6 +10,7 @@ import pytest
 from proxy.repair.markup.families import (
     FAMILIES,
     DeepSeek,
+    DeepSeekDsml,
     Glm,
     Harmony,
     Hermes,
@@ -27,6 +28,7 @@ DS_CALLS_END = "<\uff5ctool\u2581calls\u2581end\uff5c>"
 DS_CALL = "<\uff5ctool\u2581call\u2581begin\uff5c>"
 DS_CALL_END = "<\uff5ctool\u2581call\u2581end\uff5c>"
 DS_SEP = "<\uff5ctool\u2581sep\uff5c>"
+DSML = "\uff5cDSML\uff5c"
 
 PARIS = {"city": "Paris"}
 
@@ -180,6 +182,37 @@ CASES = [
         "function",
         f"function{DS_SEP}{{",
         [ParsedCall("function", {"x": 1})],
+    ),
+    # DeepSeek V3.2's encoding script (encoding_dsv32.py): the model types each value.
+    Case(
+        "deepseek_dsml",
+        DeepSeekDsml(),
+        f"<{DSML}function_calls>",
+        f'<{DSML}function_calls>\n<{DSML}invoke name="get_weather">\n'
+        f'<{DSML}parameter name="city" string="true">Paris</{DSML}parameter>\n'
+        f'<{DSML}parameter name="days" string="false">3</{DSML}parameter>\n'
+        f'<{DSML}parameter name="hours" string="false">[6, 18]</{DSML}parameter>\n'
+        f'</{DSML}invoke>\n<{DSML}invoke name="get_time">\n'
+        f'<{DSML}parameter name="tz" string="true">UTC</{DSML}parameter>\n'
+        f"</{DSML}invoke>\n</{DSML}function_calls>",
+        "get_weather",
+        '"get_weather"',
+        [
+            ParsedCall("get_weather", {"city": "Paris", "days": 3, "hours": [6, 18]}),
+            ParsedCall("get_time", {"tz": "UTC"}),
+        ],
+    ),
+    # Later DeepSeek encodings name the block tool_calls.
+    Case(
+        "deepseek_dsml_tool_calls",
+        DeepSeekDsml(),
+        f"<{DSML}tool_calls>",
+        f'<{DSML}tool_calls>\n<{DSML}invoke name="get_weather">\n'
+        f'<{DSML}parameter name="city" string="true">Paris</{DSML}parameter>\n'
+        f"</{DSML}invoke>\n</{DSML}tool_calls>",
+        "get_weather",
+        '"get_weather"',
+        [ParsedCall("get_weather", PARIS)],
     ),
     # Mistral 7B v0.3 / Nemo (tokenizer before v11): a JSON list, ids in it.
     Case(
@@ -443,6 +476,18 @@ MALFORMED = [
         DS_CALLS,
         f'{DS_CALLS}{DS_CALL}function{DS_SEP}f\n{{"a": 1}}{DS_CALL_END}{DS_CALLS_END}',
     ),
+    (
+        DeepSeekDsml(),
+        f"<{DSML}function_calls>",
+        f'<{DSML}function_calls><{DSML}invoke name="f"><{DSML}parameter name="a" '
+        f'string="false">two</{DSML}parameter></{DSML}invoke></{DSML}function_calls>',
+    ),
+    (
+        DeepSeekDsml(),
+        f"<{DSML}function_calls>",
+        f'<{DSML}function_calls><{DSML}invoke name="f"><{DSML}parameter name="a">'
+        f"2</{DSML}parameter></{DSML}invoke></{DSML}function_calls>",
+    ),
     (Mistral(), "[TOOL_CALLS]", '[TOOL_CALLS][{"name": "f", "arguments": "a"}]'),
     (Mistral(), "[TOOL_CALLS]", '[TOOL_CALLS][{"name": "f", "arguments": {}, "x": 1}]'),
     (Mistral(), "[TOOL_CALLS]", '[TOOL_CALLS]f[ARGS]{"a": 1,}'),
@@ -491,6 +536,7 @@ NEAR_MISSES = [
     (KimiK2(), "<|tool_calls_section_begin|>", "<|tool_calls_section_begin|> o", "pens a section"),
     (DeepSeek(), DS_CALLS, f"{DS_CALLS} m", "arks the calls"),
     (DeepSeek(), DS_CALLS, f"{DS_CALLS}{DS_CALL}get ", "weather"),
+    (DeepSeekDsml(), f"<{DSML}function_calls>", f"<{DSML}function_calls> i", "s the block"),
     (Mistral(), "[TOOL_CALLS]", "[TOOL_CALLS] are ", "how Mistral marks calls"),
     (Mistral(), "[TOOL_CALLS]", "[TOOL_CALLS][1", ", 2]"),
     (Mistral(), "[TOOL_CALLS]", "[TOOL_CALLS]token[1", "]"),
