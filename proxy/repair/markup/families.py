@@ -18,7 +18,8 @@ import orjson
 from proxy.repair.markup.extent import balanced_end
 from proxy.repair.markup.spans import REFUSED, MarkupFamily, ParsedCall, _Refused
 
-Name = str | None | _Refused
+_Named = str | _Refused | None
+"""What `name` answers: the name, REFUSED, or None while it may still come."""
 
 _MORE = -1
 """`_expect`: the text stops inside the literal, which may still come whole."""
@@ -102,11 +103,11 @@ def _quoted_name(text: str, at: int) -> tuple[str, int] | _Refused | None:
     return (found[0], found[1] + 1) if isinstance(found, tuple) else found
 
 
-def _name_only(found: tuple[str, int] | _Refused | None) -> Name:
+def _name_only(found: tuple[str, int] | _Refused | None) -> _Named:
     return found[0] if isinstance(found, tuple) else found
 
 
-def _object_name(text: str, at: int, *leads: tuple[str, ...]) -> Name:
+def _object_name(text: str, at: int, *leads: tuple[str, ...]) -> _Named:
     """The value of the `"name"` key of the JSON object opening at `text[at]`, when that key
     comes first, or after one of the literal `leads` (Llama's `"type": "function",`)."""
     heads = [(), *leads]
@@ -217,7 +218,7 @@ class Hermes(_Closed):
     openers = ("<tool_call>",)
     closers = ("</tool_call>",)
 
-    def name(self, span: str, opener: str) -> Name:
+    def name(self, span: str, opener: str) -> _Named:
         start = _skip_ws(span, len(opener))
         if start == len(span):
             return None
@@ -249,7 +250,7 @@ class Qwen3Coder(_Closed):
     _function = "<function="
     _parameter = "<parameter="
 
-    def name(self, span: str, opener: str) -> Name:
+    def name(self, span: str, opener: str) -> _Named:
         start = _skip_ws(span, len(opener))
         found = _expect(span, start, self._function)
         if found is None:
@@ -312,7 +313,7 @@ class Glm(_Closed):
     closers = ("</tool_call>",)
     _after_name = ("<arg_key>", "</tool_call>")
 
-    def name(self, span: str, opener: str) -> Name:
+    def name(self, span: str, opener: str) -> _Named:
         found = _bare_name(span, _skip_ws(span, len(opener)), "\n<")
         if not isinstance(found, tuple):
             return found
@@ -367,7 +368,7 @@ class KimiK2(_Closed):
     _id = re.compile(r"(?:functions\.)?([\w.\-]+):\d+")
     """Kimi K2 writes ids as functions.NAME:N (N counts the calls of the conversation)."""
 
-    def name(self, span: str, opener: str) -> Name:
+    def name(self, span: str, opener: str) -> _Named:
         found = _expect(span, _skip_ws(span, len(opener)), self._begin)
         if found is None:
             return REFUSED
@@ -425,7 +426,7 @@ class DeepSeek(_Closed):
     _end = _deepseek("tool call end")
     _fenced = re.compile(r"([\w.\-]+)[ \t]*\n\s*```(?:json)?\s*\n(.*?)\s*```\s*", re.DOTALL)
 
-    def name(self, span: str, opener: str) -> Name:
+    def name(self, span: str, opener: str) -> _Named:
         found = _expect(span, _skip_ws(span, len(opener)), self._begin)
         if found is None:
             return REFUSED
@@ -493,7 +494,7 @@ class Mistral(MarkupFamily):
     openers = ("[TOOL_CALLS]",)
     _markers = ("[ARGS]", "[CALL_ID]")
 
-    def name(self, span: str, opener: str) -> Name:
+    def name(self, span: str, opener: str) -> _Named:
         start = _skip_ws(span, len(opener))
         if start == len(span):
             return None
@@ -576,7 +577,7 @@ class LlamaJson(MarkupFamily):
     at_start_only = True
     _lead = ('"type"', ":", '"function"', ",")
 
-    def name(self, span: str, opener: str) -> Name:
+    def name(self, span: str, opener: str) -> _Named:
         start = self._start(span, opener)
         if start == len(span):
             return None
@@ -677,7 +678,7 @@ class Pythonic(MarkupFamily):
     _wrap_end = "<|python_end|>"
     _quotes = "\"'"
 
-    def name(self, span: str, opener: str) -> Name:
+    def name(self, span: str, opener: str) -> _Named:
         start = self._start(span, opener)
         if start is None or start == _MORE:
             return None if start == _MORE else REFUSED
@@ -768,7 +769,7 @@ class Harmony(MarkupFamily):
         r"\s*(?:<\|constrain\|>)?\s*(?P<type>[\w\-/]*)\s*<\|message\|>"
     )
 
-    def name(self, span: str, opener: str) -> Name:
+    def name(self, span: str, opener: str) -> _Named:
         position = len(opener)
         if opener == "<|start|>":
             position = _expect(span, position, "assistant")
@@ -791,7 +792,7 @@ class Harmony(MarkupFamily):
         return self._recipient(span, channel_end) if channel_end > position else REFUSED
 
     @staticmethod
-    def _recipient(span: str, at: int) -> Name:
+    def _recipient(span: str, at: int) -> _Named:
         """` to=functions.NAME` at `at`, whole once the space or `<` after the name shows."""
         if at == len(span):
             return None
@@ -819,7 +820,7 @@ class Harmony(MarkupFamily):
         if header is None or span.startswith("<|start|>") != (opener == "<|start|>"):
             return None
         names = [n for n in (header["before"], header["after"]) if n]
-        if len(names) != 1 or header["type"] not in ("", "json"):
+        if len(names) != 1 or header["type"].lower() not in ("", "json"):
             return None
         arguments = _json_dict(span[header.end() :].removesuffix(self._close))
         return None if arguments is None else [ParsedCall(names[0], arguments)]
@@ -835,7 +836,7 @@ class _Invokes(_Closed):
     _parameter_end: ClassVar[str] = "</parameter>"
     strings: ClassVar[bool] = True
 
-    def name(self, span: str, opener: str) -> Name:
+    def name(self, span: str, opener: str) -> _Named:
         found = _expect(span, _skip_ws(span, len(opener)), self._invoke)
         if found is None:
             return REFUSED
@@ -867,12 +868,11 @@ class _Invokes(_Closed):
         position = _skip_ws(inner, 0)
         while position < len(inner):
             head = self._tag(inner, position, self._parameter)
-            close = -1 if head is None else inner.find(self._parameter_end, head[1])
-            argument = (
-                None
-                if head is None or close < 0
-                else self._argument(head[0], inner[head[1] : close])
-            )
+            if head is None:
+                return None
+            attributes, after = head
+            close = inner.find(self._parameter_end, after)
+            argument = None if close < 0 else self._argument(attributes, inner[after:close])
             if argument is None or not argument[0] or argument[0] in values:
                 return None
             values[argument[0]] = argument[1]

@@ -373,6 +373,22 @@ def test_end_on_every_prefix(case: Case) -> None:
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_an_end_is_always_a_span_that_parses(case: Case) -> None:
+    """Whenever `end` answers, on any prefix and whether or not the stream ended, the span it
+    marks parses: the recogniser never cuts a span the family cannot read."""
+    answered = 0
+    for length in range(len(case.opener), len(case.span) + 1):
+        prefix = case.span[:length]
+        for final in (False, True):
+            end = case.family.end(prefix, case.opener, final)
+            if end is not None:
+                answered += 1
+                assert end <= length
+                assert case.family.calls(prefix[:end], case.opener) is not None, (length, final)
+    assert answered  # the whole span, at least, once the stream ended
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_calls(case: Case) -> None:
     assert case.family.calls(case.span, case.opener) == case.calls
 
