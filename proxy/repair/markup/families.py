@@ -484,11 +484,12 @@ class DeepSeek(_Closed):
 
 
 class Mistral(MarkupFamily):
-    """Mistral's `[TOOL_CALLS]`: before tokenizer v11 a JSON list
-    (`[TOOL_CALLS][{"name": …, "arguments": {…}, "id": …}]`, Mistral 7B v0.3, Nemo); from v11
-    one call per marker, `[TOOL_CALLS]NAME[ARGS]{JSON}` (Mistral Small 3.x, Magistral, Devstral),
-    with `[CALL_ID]ID` before `[ARGS]` in some versions, and the bare `NAME{JSON}` when the
-    server decoded `[ARGS]` away. No closing marker: the span ends where the JSON closes."""
+    """Mistral's `[TOOL_CALLS]` (mistral-common's chat templates). Before tokenizer v11 a JSON
+    list, `[TOOL_CALLS][{"name": …, "arguments": {…}, "id": …}]` (Mistral 7B v0.3, Nemo); from
+    v11 one call per marker, `[TOOL_CALLS]NAME[CALL_ID]ID[ARGS]{JSON}` where the version carries
+    call ids and `[TOOL_CALLS]NAME[ARGS]{JSON}` where it does not (Mistral Small 3.x, Magistral,
+    Devstral); and the bare `NAME{JSON}` when the server decoded `[ARGS]` away as a control token.
+    No closing marker: the span ends where the JSON closes."""
 
     family = "mistral"
     openers = ("[TOOL_CALLS]",)

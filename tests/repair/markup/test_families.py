@@ -214,7 +214,7 @@ CASES = [
         '"get_weather"',
         [ParsedCall("get_weather", PARIS)],
     ),
-    # Mistral 7B v0.3 / Nemo (tokenizer before v11): a JSON list, ids in it.
+    # mistral-common's chat templates before tokenizer v11 (Mistral 7B v0.3, Nemo): a list.
     Case(
         "mistral_list",
         Mistral(),
@@ -228,7 +228,7 @@ CASES = [
             ParsedCall("get_time", {"tz": "UTC"}),
         ],
     ),
-    # Mistral tokenizer v11+ (Mistral Small 3.2's chat template).
+    # mistral-common's chat templates, tokenizer v11+ (Mistral Small 3.2, Devstral).
     Case(
         "mistral_v11",
         Mistral(),
@@ -238,6 +238,7 @@ CASES = [
         "get_weather[ARGS]",
         [ParsedCall("get_weather", PARIS)],
     ),
+    # ... in the tokenizer versions that carry call ids.
     Case(
         "mistral_call_id",
         Mistral(),
@@ -268,6 +269,7 @@ CASES = [
         '"get_weather"',
         [ParsedCall("get_weather", PARIS), ParsedCall("get_time", {"tz": "UTC"})],
     ),
+    # Llama 4 Scout on the Llama 3.1 JSON template leads with "type" (vllm-project/vllm#46863).
     Case(
         "llama_python_tag_type",
         LlamaJson(),
@@ -593,4 +595,16 @@ def test_families_and_openers() -> None:
     assert len(pairs) == len(set(pairs))
     assert len({f.family for f in FAMILIES}) == len(FAMILIES)
     assert [f.family for f in FAMILIES if f.at_start_only] == ["llama_json", "pythonic"]
-    assert [f.family for f in FAMILIES][:3] == ["hermes", "qwen3_coder", "glm"]
+    assert [f.family for f in FAMILIES] == [
+        "hermes",
+        "qwen3_coder",
+        "glm",
+        "kimi_k2",
+        "deepseek",
+        "deepseek_dsml",
+        "mistral",
+        "llama_json",
+        "pythonic",
+        "harmony",
+        "minimax_m2",
+    ]
