@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from proxy.repair.markup.families import (
     FAMILIES,
@@ -608,3 +610,44 @@ def test_families_and_openers() -> None:
         "harmony",
         "minimax_m2",
     ]
+
+
+FRAGMENTS = sorted(
+    {
+        piece
+        for case in CASES
+        for piece in (
+            case.opener,
+            *getattr(case.family, "closers", ()),
+            *(case.span[i : i + 7] for i in range(0, len(case.span), 5)),
+        )
+    }
+    | {"{", "}", "[", "]", "(", ")", '"', "'", "\\", ";", " ", "\n", "<", ">", "=", ":", ","}
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    case=st.sampled_from(CASES),
+    cut=st.integers(min_value=0),
+    noise=st.lists(st.sampled_from(FRAGMENTS), max_size=12),
+)
+def test_any_text_gets_an_answer(case: Case, cut: int, noise: list[str]) -> None:
+    """A real span cut anywhere and followed by markup fragments: the hooks never raise, their
+    answers stay in range, and a name or a refusal, once given, holds as the text grows."""
+    head = case.span[: len(case.opener) + cut % (len(case.span) - len(case.opener) + 1)]
+    text = head + "".join(noise)
+    verdict: object = None
+    for length in range(len(case.opener), len(text) + 1):
+        prefix = text[:length]
+        named = case.family.name(prefix, case.opener)
+        assert named is None or named is REFUSED or isinstance(named, str)
+        if verdict is not None:
+            assert named == verdict or named is verdict, prefix
+        verdict = named
+        for final in (False, True):
+            end = case.family.end(prefix, case.opener, final)
+            assert end is None or len(case.opener) <= end <= length
+            if end is not None:
+                parsed = case.family.calls(prefix[:end], case.opener)
+                assert parsed is None or all(isinstance(c, ParsedCall) for c in parsed)
