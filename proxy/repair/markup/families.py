@@ -242,22 +242,50 @@ class Hermes(_Closed):
 
 class Qwen3Coder(_Closed):
     """Qwen3-Coder's XML-ish calls (its chat template): `<tool_call>\\n<function=NAME>\\n
-    <parameter=KEY>\\nVALUE\\n</parameter>\\n</function>\\n</tool_call>`. Values are bare text."""
+    <parameter=KEY>\\nVALUE\\n</parameter>\\n</function>\\n</tool_call>`. Values are bare text.
+    The model sometimes drops the opening `<tool_call>` (its servers read a bare `<function=`
+    too): such a span runs to `</function>`, and takes the closing `</tool_call>` if it follows."""
 
     family = "qwen3_coder"
-    openers = ("<tool_call>",)
+    openers = ("<tool_call>", "<function=")
     closers = ("</tool_call>",)
     _function = "<function="
     _parameter = "<parameter="
+    _after_name = ("<parameter=", "</function>")
 
     def name(self, span: str, opener: str) -> _Named:
-        start = _skip_ws(span, len(opener))
+        start = 0 if opener == self._function else _skip_ws(span, len(opener))
         found = _expect(span, start, self._function)
         if found is None:
             return REFUSED
         if found == _MORE:
             return None
-        return _name_only(_bare_name(span, found, ">"))
+        named = _bare_name(span, found, ">")
+        if not isinstance(named, tuple):
+            return named
+        # `<function=NAME>` also opens Llama 3.1's custom-tool calls, JSON inside: the first
+        # parameter (or the function's end) says Qwen3-Coder.
+        following = _expect_any(span, _skip_ws(span, named[1] + 1), self._after_name)
+        if following is None:
+            return REFUSED
+        return None if following == _MORE else named[0]
+
+    def end(self, span: str, opener: str, final: bool) -> int | None:
+        if opener != self._function:
+            return super().end(span, opener, final)
+        close = span.find("</function>")
+        if close < 0:
+            return None
+        stop = close + len("</function>")
+        closing = _expect(span, _skip_ws(span, stop), self.closers[0])
+        if closing == _MORE:
+            return stop if final else None
+        return stop if closing is None else closing
+
+    def calls(self, span: str, opener: str) -> list[ParsedCall] | None:
+        if opener != self._function:
+            return super().calls(span, opener)
+        return self._parse(span.rstrip().removesuffix(self.closers[0]))
 
     def _parse(self, body: str) -> list[ParsedCall] | None:
         calls = []
@@ -638,6 +666,41 @@ class LlamaJson(MarkupFamily):
         return ParsedCall(name, arguments) if isinstance(arguments, dict) else None
 
 
+class LlamaFunction(MarkupFamily):
+    """Llama 3.1's custom-tool calls (Meta's Llama 3.1 prompt format):
+    `<function=NAME>{JSON}</function>`, one call per element."""
+
+    family = "llama_function"
+    openers = ("<function=",)
+    _close = "</function>"
+
+    def name(self, span: str, opener: str) -> _Named:
+        found = _bare_name(span, len(opener), ">")
+        if not isinstance(found, tuple):
+            return found
+        body = _skip_ws(span, found[1] + 1)
+        if body == len(span):
+            return None
+        return found[0] if span[body] == "{" else REFUSED
+
+    def end(self, span: str, opener: str, final: bool) -> int | None:
+        head = span.find(">", len(opener))
+        close = None if head < 0 else _find_outside_strings(span, head, self._close)
+        if close is not None:
+            return close + len(self._close)
+        if final and head >= 0 and self.calls(span, opener) is not None:
+            return len(span)
+        return None
+
+    def calls(self, span: str, opener: str) -> list[ParsedCall] | None:
+        head = span.find(">", len(opener))
+        name = span[len(opener) : head]
+        if head < 0 or not _valid_name(name):
+            return None
+        arguments = _json_dict(span[head + 1 :].removesuffix(self._close))
+        return None if arguments is None else [ParsedCall(name, arguments)]
+
+
 class _NotLiteral(Exception):
     """An argument value that is not a plain literal (a name, a call, an operation …)."""
 
@@ -954,6 +1017,7 @@ FAMILIES: tuple[MarkupFamily, ...] = (
     DeepSeekDsml(),
     Mistral(),
     LlamaJson(),
+    LlamaFunction(),
     Pythonic(),
     Harmony(),
     MiniMaxM2(),

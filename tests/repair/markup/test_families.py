@@ -17,6 +17,7 @@ from proxy.repair.markup.families import (
     Harmony,
     Hermes,
     KimiK2,
+    LlamaFunction,
     LlamaJson,
     MiniMaxM2,
     Mistral,
@@ -80,7 +81,7 @@ CASES = [
         "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
         "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
         "get_weather",
-        "<function=get_weather>",
+        "<function=get_weather>\n<parameter=",
         [ParsedCall("get_weather", {"city": "Paris", "days": "3"}, strings=True)],
     ),
     # Only the template's one newline on each side goes; inner newlines stay.
@@ -91,8 +92,28 @@ CASES = [
         "<tool_call>\n<function=write_file>\n<parameter=content>\n\nline 1\nline 2\n\n"
         "</parameter>\n</function>\n</tool_call>",
         "write_file",
-        "<function=write_file>",
+        "<function=write_file>\n<parameter=",
         [ParsedCall("write_file", {"content": "\nline 1\nline 2\n"}, strings=True)],
+    ),
+    # Qwen3-Coder without the opening <tool_call> (its servers read the bare form too); the
+    # closing tag it still writes belongs to the span.
+    Case(
+        "qwen3_coder_bare",
+        Qwen3Coder(),
+        "<function=",
+        "<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>",
+        "get_weather",
+        "<function=get_weather>\n<parameter=",
+        [ParsedCall("get_weather", PARIS, strings=True)],
+    ),
+    Case(
+        "qwen3_coder_bare_no_arguments",
+        Qwen3Coder(),
+        "<function=",
+        "<function=get_time>\n</function>",
+        "get_time",
+        "</function>",
+        [ParsedCall("get_time", {}, strings=True)],
     ),
     # GLM-4.5 / 4.6 chat template.
     Case(
@@ -282,6 +303,16 @@ CASES = [
         '"get_weather"',
         [ParsedCall("get_weather", PARIS)],
     ),
+    # Meta's Llama 3.1 prompt format, custom tools.
+    Case(
+        "llama_function",
+        LlamaFunction(),
+        "<function=",
+        '<function=get_weather>{"city": "Paris", "note": "</function>"}</function>',
+        "get_weather",
+        "<function=get_weather>{",
+        [ParsedCall("get_weather", {"city": "Paris", "note": "</function>"})],
+    ),
     # Llama 3.2 / 4 and ToolACE pythonic format.
     Case(
         "pythonic",
@@ -411,7 +442,9 @@ def test_exactly_one_family_names_the_span(case: Case) -> None:
 UNCLOSED = [
     c
     for c in CASES
-    if c.family.family not in ("mistral", "llama_json", "pythonic") and c.id != "glm_no_arguments"
+    if c.family.family not in ("mistral", "llama_json", "pythonic")
+    and c.id != "glm_no_arguments"
+    and not c.id.startswith("qwen3_coder_bare")
 ]
 
 
@@ -419,12 +452,23 @@ UNCLOSED = [
 def test_final_without_closing_marker(case: Case) -> None:
     """The model stopped at its end-of-turn token before the closing marker: the span ends
     there when what came is complete, and not while a call is cut short."""
-    closer = next(c for c in (*getattr(case.family, "closers", ()), "<|call|>") if c in case.span)
-    cut = case.span[: case.span.rindex(closer)]
+    closers = (*getattr(case.family, "closers", ()), "<|call|>", "</function>")
+    closer = next(c for c in closers if c in case.span)
+    cut = case.span[: case.span.rindex(closer)]  # the last one: a value may quote it
     assert case.family.end(cut, case.opener, False) is None
     assert case.family.end(cut, case.opener, True) == len(cut)
     assert case.family.calls(cut, case.opener) == case.calls
     assert case.family.end(cut[:-3], case.opener, True) is None
+
+
+def test_qwen3_coder_bare_function_waits_for_a_closing_tool_call() -> None:
+    bare = "<function=f>\n<parameter=a>\n1\n</parameter>\n</function>"
+    assert Qwen3Coder().end(bare + "\n", "<function=", False) is None
+    assert Qwen3Coder().end(bare + "\n</tool", "<function=", False) is None
+    assert Qwen3Coder().end(bare + "\n", "<function=", True) == len(bare)
+    assert Qwen3Coder().end(bare + "\nDone.", "<function=", False) == len(bare)
+    assert Qwen3Coder().end(bare[:-3], "<function=", True) is None
+    assert Qwen3Coder().calls(bare, "<function=") == [ParsedCall("f", {"a": "1"}, strings=True)]
 
 
 def test_glm_unclosed_name_alone_is_not_a_call() -> None:
@@ -512,6 +556,8 @@ MALFORMED = [
     (Mistral(), "[TOOL_CALLS]", '[TOOL_CALLS][{"name": "f", "arguments": {}, "x": 1}]'),
     (Mistral(), "[TOOL_CALLS]", '[TOOL_CALLS]f[ARGS]{"a": 1,}'),
     (LlamaJson(), "{", '{"name": "f", "parameters": {}, "arguments": {}}'),
+    (LlamaFunction(), "<function=", '<function=f>{"a": 1,}</function>'),
+    (LlamaFunction(), "<function=", '<function=f>{"a": 1} more</function>'),
     (LlamaJson(), "{", '{"type": "object", "name": "f", "parameters": {}}'),
     (LlamaJson(), "{", '{"name": "f", "parameters": {}}; plus'),
     (Pythonic(), "[", "[get_weather(city=Paris)]"),
@@ -549,6 +595,12 @@ NEAR_MISSES = [
     (Qwen3Coder(), "<tool_call>", "<tool_call> t", "ag is used for tool calls"),
     (Qwen3Coder(), "<tool_call>", "<tool_call>\n{", '"name": "get_weather"'),
     (Qwen3Coder(), "<tool_call>", "<tool_call>g", "et_weather\n<arg_key>"),
+    (Qwen3Coder(), "<function=", "<function=foo> i", "s how it starts"),
+    (Qwen3Coder(), "<function=", "<function=get_weather>{", '"city": "Paris"}</function>'),
+    (Qwen3Coder(), "<tool_call>", "<tool_call><function=f>{", '"a": 1}</function></tool_call>'),
+    (LlamaFunction(), "<function=", "<function=foo> i", "s how it starts"),
+    (LlamaFunction(), "<function=", "<function=f>\n<", "parameter=a>\n1\n</parameter>"),
+    (LlamaFunction(), "<function=", "<function=a ", "b> {}"),
     (Glm(), "<tool_call>", "<tool_call> tag ", "is used for tool calls"),
     (Glm(), "<tool_call>", "<tool_call>\n{", '"name": "get_weather"'),
     (Glm(), "<tool_call>", "<tool_call>\n<", "function=get_weather>\n"),
@@ -606,6 +658,7 @@ def test_families_and_openers() -> None:
         "deepseek_dsml",
         "mistral",
         "llama_json",
+        "llama_function",
         "pythonic",
         "harmony",
         "minimax_m2",
