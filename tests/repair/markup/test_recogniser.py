@@ -91,7 +91,8 @@ def test_only_a_partial_opener_is_held() -> None:
 def test_a_mentioned_tag_is_released_within_the_name_bound() -> None:
     recogniser = CallRecogniser(FAMILIES, DeclaredTools.of(REQUEST), uncounted, 10**6)
     assert recogniser.feed("write <tool_call>") == ("write ", [])
-    assert recogniser.feed(" then") == ("<tool_call> then", [])  # not `{`: refused at once
+    assert recogniser.feed(" then") == ("", [])  # GLM's `<tool_call>NAME\n<arg_key>` still may
+    assert recogniser.feed(" I") == ("<tool_call> then I", [])  # no family's: released
     recogniser.feed("<tool_call>{")
     text, _ = recogniser.feed("x" * NAME_WITHIN)
     assert text.startswith("<tool_call>{x")  # no name within the bound: text
