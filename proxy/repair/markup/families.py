@@ -521,6 +521,11 @@ class Mistral(MarkupFamily):
 
     family = "mistral"
     openers = ("[TOOL_CALLS]",)
+
+    def call_id(self, digest: str) -> str:
+        # Mistral's servers reject any other id on the follow-up: exactly 9 alphanumerics.
+        return digest[:9]
+
     _markers = ("[ARGS]", "[CALL_ID]")
 
     def name(self, span: str, opener: str) -> _Named:

@@ -43,7 +43,7 @@ class RecognisedCall:
     arguments: str
     """The arguments as JSON text, as the client receives them."""
     id: str | None
-    family: str
+    family: MarkupFamily
 
 
 @dataclass(slots=True)
@@ -287,7 +287,7 @@ class CallRecogniser:
                 self._release(span, len(span.text), out)
             return
         parsed = family.calls(span.text[:end], opener)
-        accepted = self._accepted(parsed, family.family) if parsed is not None else None
+        accepted = self._accepted(parsed, family) if parsed is not None else None
         if parsed is None:
             self._count("text_tool_call_unparsed", 1)
         if accepted is None:
@@ -317,7 +317,9 @@ class CallRecogniser:
                 return True
         return False
 
-    def _accepted(self, parsed: list[ParsedCall], family: str) -> list[RecognisedCall] | None:
+    def _accepted(
+        self, parsed: list[ParsedCall], family: MarkupFamily
+    ) -> list[RecognisedCall] | None:
         """Every call of the span, checked; None (the span stays text) if any is refused."""
         accepted = []
         for call in parsed:

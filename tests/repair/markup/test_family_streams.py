@@ -149,3 +149,20 @@ def test_each_family_non_streamed_becomes_message_calls(name: str) -> None:
     assert got == SAMPLES[name][1]
     assert choice["finish_reason"] == "tool_calls"
     assert choice["message"]["content"] == ((before + after.lstrip()) or None)
+
+
+def test_a_mistral_call_gets_the_nine_alphanumerics_its_server_demands() -> None:
+    body = repair_stream(
+        sse({"choices": [{"index": 0, "delta": {"content": SAMPLES["mistral_args"][0]}}]}),
+        REQUEST,
+    )
+    [call] = assembled_calls(body)[0]
+    assert len(call["id"]) == 9 and call["id"].isalnum()
+
+
+def test_kimi_keeps_the_ids_the_model_wrote() -> None:
+    body = repair_stream(
+        sse({"choices": [{"index": 0, "delta": {"content": SAMPLES["kimi_k2"][0]}}]}), REQUEST
+    )
+    ids = [call["id"] for call in assembled_calls(body)[0]]
+    assert ids == ["functions.get_weather:0", "functions.get_forecast:1"]
