@@ -14,6 +14,7 @@ the upstream stops for length goes out as text: a cut-off call is never made to 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -107,7 +108,9 @@ class CallRecogniser:
         self._markers = [*openers, FENCE]
         self._start_markers = sorted({o for _, o in self._at_start}, key=len, reverse=True)
         self._markers_at_start = [*self._start_markers, *openers]
-        self._first_chars = frozenset(marker[0] for marker in self._markers)
+        first_chars = sorted({marker[0] for marker in self._markers})
+        # One regex search is the cheapest "could this piece start a marker?" test per chunk.
+        self._could_open = re.compile("[" + "".join(map(re.escape, first_chars)) + "]").search
         self._opener_chars = frozenset(opener[0] for opener in openers)
         self._longest = max(len(m) for m in [*self._markers, *self._start_markers])
         self._pending = ""
@@ -129,7 +132,7 @@ class CallRecogniser:
             and not self._at_start_of_content
             and not self._after_call
             and not self._ticks
-            and not any(char in text for char in self._first_chars)
+            and not self._could_open(text)
         ):
             return text, []  # the fast path: no opener, fence or partial one can be in here
         return self._run(text, final=False, truncated=False)
