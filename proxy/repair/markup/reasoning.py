@@ -201,6 +201,8 @@ class ReasoningSplitter:
         watch ends there."""
         if self._tail:
             text = self._tail + text
+        elif "<" not in text:
+            return False  # the usual piece: no tag in it, none begun at its end
         close = text.find(THINK_CLOSE)
         opener = text.find(THINK_OPEN)
         if opener != -1 and (close == -1 or opener < close):
@@ -265,7 +267,7 @@ _BETWEEN_MESSAGES = _Opening(_HARMONY_OPENERS, None)
 def _partial_marker(text: str, markers: tuple[str, ...]) -> int:
     """Where a trailing prefix of one of `markers` starts in `text` (len(text) when none): the
     part a piece boundary may have cut, held until the next piece says what it is."""
-    longest = max(len(marker) for marker in markers)
+    longest = len(max(markers, key=len))
     at = text.find("<", max(0, len(text) - longest + 1))
     while at != -1:
         tail = text[at:]

@@ -10,6 +10,7 @@ from proxy.repair.repairs.finish_reason import FinishReasonRepair
 from proxy.repair.repairs.history import HistoryRepair
 from proxy.repair.repairs.receipts import ReceiptRepair
 from proxy.repair.repairs.role import SingleRoleRepair
+from proxy.repair.repairs.text_reasoning import TextReasoningRepair
 from proxy.repair.repairs.tool_calls import ToolCallRepair
 from proxy.settings.schema import Settings
 
@@ -18,15 +19,19 @@ def default_repairs(settings: Settings, exchange: Exchange, store: ReceiptStore)
     """A fresh chain for one exchange, in this order:
 
     0. HistoryRepair (request side only) heals the history before anything reads its ids.
-    1. ToolCallRepair turns whatever the upstream sent into whole calls, which is what every
+    1. TextReasoningRepair moves reasoning written as content into the reasoning field first,
+       so a tool-call tag the model wrote while thinking never reaches ToolCallRepair's
+       recogniser as content and cannot become a call; harmony's commentary channel (gpt-oss's
+       calls) is left in the content, framing included, for the recogniser.
+    2. ToolCallRepair turns whatever the upstream sent into whole calls, which is what every
        later repair reasons about.
-    2. ReusedCallIdRepair sees each call's id once it is final, and before anyone keeps it.
-    3. FinishReasonRepair must see the calls that ToolCallRepair emits (even the ones it only
+    3. ReusedCallIdRepair sees each call's id once it is final, and before anyone keeps it.
+    4. FinishReasonRepair must see the calls that ToolCallRepair emits (even the ones it only
        emits at stream end) to know that "stop" means "tool_calls".
-    4. SingleRoleRepair after every repair that emits, drops or reorders chunks: the role goes
+    5. SingleRoleRepair after every repair that emits, drops or reorders chunks: the role goes
        on the first delta as the client receives it (ToolCallRepair may send a call before the
        chunk that carried the role).
-    5. ReceiptRepair last: it keys receipts by the call ids exactly as the client receives
+    6. ReceiptRepair last: it keys receipts by the call ids exactly as the client receives
        them, so it watches the final output, and its store write happens at the very end.
     """
     if not settings.repairs.enabled:
@@ -34,6 +39,7 @@ def default_repairs(settings: Settings, exchange: Exchange, store: ReceiptStore)
     history: list[Repair] = [HistoryRepair(exchange)] if settings.history.repair else []
     return [
         *history,
+        TextReasoningRepair(exchange),
         ToolCallRepair(
             exchange,
             emit=settings.tool_calls.emit,
