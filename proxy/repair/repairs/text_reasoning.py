@@ -75,7 +75,7 @@ class TextReasoningRepair(Repair):
                 if splitter.watching and type(delta) is dict:
                     content = delta.get("content")
                     if type(content) is str and splitter.watch(content):
-                        self._exchange.count("reasoning_close_unopened")
+                        self._unopened_close(index)
                 continue
             changed |= self._split(index, splitter, choice, delta)
         if not changed:
@@ -106,7 +106,7 @@ class TextReasoningRepair(Repair):
             reasoning, text = splitter.feed(content)
             held_reasoning, held_text = splitter.finish()
             if splitter.unopened_close:
-                self._exchange.count("reasoning_close_unopened")
+                self._unopened_close(choice_index(choice))
             reasoning += held_reasoning
             text += held_text
             if reasoning or text != content:
@@ -137,7 +137,7 @@ class TextReasoningRepair(Repair):
             already_unopened = splitter.unopened_close
             reasoning, text = splitter.feed(content)
             if splitter.unopened_close and not already_unopened:
-                self._exchange.count("reasoning_close_unopened")
+                self._unopened_close(index)
         if choice.get("finish_reason") is not None:
             # Released before the finish, in the finish chunk's own delta.
             held_reasoning, held_text = splitter.finish()
@@ -154,6 +154,15 @@ class TextReasoningRepair(Repair):
         self._add_reasoning(index, delta, reasoning)
         choice["delta"] = delta
         return True
+
+    def _unopened_close(self, index: int) -> None:
+        """An anomaly left as it is, and logged: an operator should set the route's key."""
+        self._exchange.note(
+            "reasoning_close_unopened",
+            "choice %d: </think> with no <think> before it, left as content; if the chat "
+            "template opens the block, set think_opened_by_template",
+            index,
+        )
 
     def _write(self, index: int, delta: dict[str, Any], reasoning: str, text: str) -> bool:
         if text:
