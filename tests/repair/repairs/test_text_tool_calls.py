@@ -150,3 +150,20 @@ def test_a_call_written_while_thinking_stays_in_the_reasoning() -> None:
     assert content(body) == {0: "It is sunny."}
     assert finish_reasons(body) == {0: ["stop"]}
     assert reasoning(body) == {0: f"I could try {CALL} but no."}
+
+
+def test_harmony_leaking_whole_gives_reasoning_and_a_call() -> None:
+    answer = (
+        "<|start|>assistant<|channel|>analysis<|message|>Need the weather.<|end|>"
+        "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
+        '<|message|>{"city": "Paris"}<|call|>'
+    )
+    for width in (1, 4, 11):
+        body = repair_stream(markup_stream(answer, width=width), REQUEST)
+        [call] = assembled_calls(body)[0]
+        assert call["name"] == "get_weather" and orjson.loads(call["arguments"]) == {
+            "city": "Paris"
+        }
+        assert reasoning(body) == {0: "Need the weather."}
+        assert content(body).get(0, "") == ""
+        assert finish_reasons(body) == {0: ["tool_calls"]}
