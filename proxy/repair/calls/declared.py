@@ -8,6 +8,7 @@ lazily per tool, so a request whose calls all arrive as real `tool_calls` pays n
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import jsonschema
 import orjson
 from jsonschema.exceptions import SchemaError
+from referencing.exceptions import Unresolvable
 
 # Why a call is refused, as the kind it is counted under.
 UNDECLARED_KIND = "text_tool_call_undeclared"
@@ -62,7 +64,13 @@ class DeclaredTools:
         validator = self._validator(name)
         if validator is None:
             return SCHEMA_UNUSABLE_KIND
-        return None if validator.is_valid(arguments) else INVALID_ARGUMENTS_KIND
+        try:
+            valid = validator.is_valid(arguments)
+        except Unresolvable:
+            return SCHEMA_UNUSABLE_KIND  # a $ref to nowhere, or off the machine: never fetched
+        except RecursionError:
+            return INVALID_ARGUMENTS_KIND  # arguments nested past what a recursive schema checks
+        return None if valid else INVALID_ARGUMENTS_KIND
 
     def typed(self, name: str, strings: Mapping[str, str]) -> dict[str, Any]:
         """Argument values a family wrote as bare text, converted by the types the schema gives
@@ -149,7 +157,9 @@ def _decoded(text: str) -> Any:
 
 
 def _as_type(text: str, schema: Any) -> Any:
-    """`text` read as the first of the property's types it reads as; else the text itself."""
+    """`text` read as the first of the property's types it reads as; else the text itself.
+    A number keeps its exact value (an integer is read as one, never through a float), and one
+    that no double holds (`1e999`) or too long for `int` stays text: validation then refuses it."""
     types = _types(schema)
     if not types or "string" in types:
         return text
@@ -157,11 +167,15 @@ def _as_type(text: str, schema: Any) -> Any:
     for kind in ("integer", "number", "boolean", "null", "object", "array"):
         if kind not in types:
             continue
-        if kind == "integer" and _INTEGER.fullmatch(stripped):
-            return int(stripped)
+        if kind in ("integer", "number") and _INTEGER.fullmatch(stripped):
+            try:
+                return int(stripped)
+            except ValueError:  # past Python's digit limit for int()
+                continue
         if kind == "number" and _NUMBER.fullmatch(stripped):
             number = float(stripped)
-            return int(number) if _INTEGER.fullmatch(stripped) else number
+            if math.isfinite(number):
+                return number
         if kind == "boolean" and stripped in ("true", "false"):
             return stripped == "true"
         if kind == "null" and stripped == "null":

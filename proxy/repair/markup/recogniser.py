@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from proxy.repair.calls.declared import UNDECLARED_KIND, DeclaredTools
+from proxy.repair.calls.declared import INVALID_ARGUMENTS_KIND, UNDECLARED_KIND, DeclaredTools
 from proxy.repair.markup.spans import REFUSED, MarkupFamily, ParsedCall
 
 Count = Callable[[str, int], None]
@@ -330,7 +330,13 @@ class CallRecogniser:
             if refusal is not None:
                 self._count(refusal, 1)
                 return None
-            text = orjson.dumps(arguments).decode()
+            try:
+                text = orjson.dumps(arguments).decode()
+            except orjson.JSONEncodeError:
+                # Nested past 254 levels, or an integer past 64 bits: orjson cannot write
+                # them as received, and a changed value would be an invented call.
+                self._count(INVALID_ARGUMENTS_KIND, 1)
+                return None
             accepted.append(RecognisedCall(call.name, text, call.id, family))
         return accepted or None
 
