@@ -185,13 +185,18 @@ class CallRecogniser:
                 return
             self._at_start_of_content = False
             if start:
+                self._ticks = 0
                 out.append(text[:lead])
                 self._span = _Span(text[lead:], start)
                 return
         leading = len(text) - len(text.lstrip("`"))
-        if self._ticks and leading < len(FENCE) <= self._ticks + leading:
-            self._in_fence = not self._in_fence  # a fence split between two pieces
-            self._ticks = 0
+        if self._ticks and leading:
+            # A run of backticks split between pieces: its fences are counted whole here, as
+            # in one piece (every three backticks of the run toggle), the rest carried on.
+            run = self._ticks + leading
+            if (run // len(FENCE)) % 2:
+                self._in_fence = not self._in_fence
+            self._ticks = run % len(FENCE)
             position = leading
             out.append(text[:leading])
         found_at: dict[str, int] = {}
@@ -212,6 +217,7 @@ class CallRecogniser:
                 position = index + len(marker)
                 continue
             out.append(text[position:index])
+            self._ticks = 0  # text ends before the opener: no backtick run reaches past it
             candidates = [(f, o) for f, o in self._anywhere if text.startswith(o, index)]
             self._span = _Span(text[index:], candidates, opener=len(marker))
             return
@@ -219,7 +225,9 @@ class CallRecogniser:
         sent = text[position : len(text) - held]
         out.append(sent)
         self._pending = text[len(text) - held :]
-        if not held:
+        if held:
+            self._ticks = 0  # the held tail begins with an opener's character, not a backtick
+        else:
             trailing = len(sent) - len(sent.rstrip("`"))
             self._ticks = self._ticks + trailing if trailing == len(sent) else trailing
 

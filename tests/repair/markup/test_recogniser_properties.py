@@ -5,8 +5,12 @@ what a hostile upstream or an odd request schema can send."""
 
 from __future__ import annotations
 
+import itertools
+
 import orjson
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from proxy.repair.calls.declared import DeclaredTools
 from tests.repair.markup.test_recogniser import CALL, recognise
@@ -100,3 +104,75 @@ def test_typed_leaves_what_does_not_read_as_its_type_a_string() -> None:
     tools = DeclaredTools.of(NUMBERS)
     assert tools is not None
     assert tools.typed("f", {"i": "9" * 5000, "n": "1e999"}) == {"i": "9" * 5000, "n": "1e999"}
+
+
+# ── split invariance ──────────────────────────────────────────────────────────────────────
+
+TOKENS = [
+    CALL,
+    hermes('{"city": "Tokyo"}'),
+    hermes('{"town": "Nowhere"}'),  # invalid arguments: stays text
+    hermes('{"city": "Rome"}', name="rm_rf"),  # undeclared: stays text
+    "```",
+    "`",
+    "``",
+    "Let me check. ",
+    "\n",
+    "\r\n",
+    " ",
+    "<tool_",
+    "<tool_call>",
+    "</tool_call>",
+    "[",
+    "]",
+    "{",
+    "}",
+    "<",
+    "<|",
+    "[TOOL_CALLS]",
+    '[TOOL_CALLS]get_weather[ARGS]{"city": "Oslo"}',
+    "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+    '{"city": "Lima"}<|call|>',
+    "<function=get_weather>",
+    "\u00e9t\u00e9 \U0001f600",
+]
+
+
+def pieces_of(text: str, cuts_at: list[int]) -> list[str]:
+    points = sorted({0, len(text), *(min(c, len(text)) for c in cuts_at)})
+    return [text[a:b] for a, b in itertools.pairwise(points)]
+
+
+def outcome(pieces: list[str], truncated: bool = False) -> tuple[str, list[tuple[str, str]]]:
+    texts, calls, _ = recognise(pieces, truncated=truncated)
+    return "".join(texts), [(call.name, call.arguments) for call in calls]
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.sampled_from(TOKENS), max_size=12),
+    st.lists(st.integers(min_value=0, max_value=2000), max_size=15),
+)
+def test_any_split_gives_the_same_text_and_calls(tokens: list[str], cuts_at: list[int]) -> None:
+    answer = "".join(tokens)
+    assert outcome(pieces_of(answer, cuts_at)) == outcome([answer])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(["`", "``", "```", "x", " ", "\n"]), max_size=12))
+def test_a_run_of_backticks_split_anywhere_opens_and_closes_fences_alike(ticks: list[str]) -> None:
+    """Backticks split between pieces count as the same fences as in one piece: the call
+    after them is code (or not) alike."""
+    answer = "".join(ticks) + CALL
+    one = outcome([answer])
+    assert outcome([*ticks, CALL]) == one
+    assert outcome(list(answer)) == one
+
+
+def test_backticks_before_a_call_do_not_reach_past_it() -> None:
+    """Two backticks before a call and one after it are no fence (in one piece or split)."""
+    answer = "``" + CALL + "`x " + CALL
+    assert outcome(["``", answer[2:]]) == outcome([answer]) == ("```x ", [PARIS, PARIS])
+
+
+PARIS = ("get_weather", '{"city":"Paris"}')
