@@ -282,7 +282,9 @@ class CallRecogniser:
             self._release_opener(span, out)
             return
         family, opener = span.chosen  # type: ignore[misc]
-        end = None if truncated else family.end(span.text, opener, final)
+        # Cut by length, the span ends only where it closed before the cut (a span looked at
+        # only as it grows may have closed unseen); the end of the text is no end for it.
+        end = family.end(span.text, opener, final and not truncated)
         if end is None:
             if truncated or final:
                 if truncated:

@@ -176,3 +176,22 @@ def test_backticks_before_a_call_do_not_reach_past_it() -> None:
 
 
 PARIS = ("get_weather", '{"city":"Paris"}')
+
+
+# ── a length cut: the cut span is text, a span closed before it is not ────────────────────
+
+
+def test_a_large_call_closed_before_a_length_cut_is_delivered_however_it_is_split() -> None:
+    """A span past SMALL_SPAN is looked at only as it grows by an eighth, so its closing tag
+    may arrive unseen; a length cut after it must not turn the whole call into text."""
+    answer = hermes('{"city": "' + "x" * 6000 + '"}') + " and then"
+    expected = outcome([answer], truncated=True)
+    assert expected[1] and expected[0] == "and then"
+    for cut in (100, 3000, len(answer) - 20, len(answer) - 9):
+        assert outcome([answer[:cut], answer[cut:]], truncated=True) == expected, cut
+    assert outcome([answer[:100], answer[100:-12], answer[-12:]], truncated=True) == expected
+
+
+def test_a_large_call_cut_by_length_is_still_text() -> None:
+    answer = hermes('{"city": "' + "x" * 6000 + '"}')[:-3]
+    assert outcome([answer[:100], answer[100:]], truncated=True) == (answer, [])
