@@ -62,6 +62,9 @@ class _Span:
     size: int = 0
     next_check: int = 0
     """The size at which the span's end is looked for again regardless of what arrived."""
+    armed: bool = False
+    """A small span received one of `ENDINGS` and no text since: a family whose markup has no
+    closing marker (Mistral, Llama JSON, pythonic) ends the span once text follows the value."""
 
     def __post_init__(self) -> None:
         self.parts = [self.first]
@@ -82,11 +85,23 @@ class _Span:
         one of `ENDINGS`, so a piece without one cannot have closed a small span; past
         `SMALL_SPAN` the end is looked for as the span grows by an eighth, so an upstream
         feeding a huge span in tiny pieces costs linear work (the end is still found: at the
-        latest when the answer finishes)."""
+        latest when the answer finishes). After a piece with one of `ENDINGS`, the pieces up
+        to the next one with text are worth checking too: the value may have closed, and the
+        text after it ends the span (it would otherwise wait for the next bracket, or the end
+        of the answer). That is one more look per such piece, bounded like the rest."""
         if self.size >= self.next_check:
             self.next_check = self.size + max(SMALL_SPAN, self.size // 8)
+            self.armed = any(char in piece for char in ENDINGS)
             return True
-        return self.size <= SMALL_SPAN and any(char in piece for char in ENDINGS)
+        if self.size > SMALL_SPAN:
+            return False
+        if any(char in piece for char in ENDINGS):
+            self.armed = True
+            return True
+        if self.armed:
+            self.armed = not piece.strip()
+            return True
+        return False
 
 
 class CallRecogniser:

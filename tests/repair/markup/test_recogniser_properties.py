@@ -13,7 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy.repair.calls.declared import DeclaredTools
-from tests.repair.markup.test_recogniser import CALL, recognise
+from proxy.repair.markup.families import FAMILIES
+from proxy.repair.markup.recogniser import CallRecogniser
+from tests.repair.markup.test_recogniser import CALL, REQUEST, recognise
 
 
 def function(name: str, parameters: dict) -> dict:
@@ -195,3 +197,27 @@ def test_a_large_call_closed_before_a_length_cut_is_delivered_however_it_is_spli
 def test_a_large_call_cut_by_length_is_still_text() -> None:
     answer = hermes('{"city": "' + "x" * 6000 + '"}')[:-3]
     assert outcome([answer[:100], answer[100:]], truncated=True) == (answer, [])
+
+
+# ── text after a call is not held ─────────────────────────────────────────────────────────
+
+
+@pytest.mark.parametrize(
+    "markup",
+    [
+        '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}',
+        '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}]',
+        '[get_weather(city="Paris")]',
+        '{"name": "get_weather", "parameters": {"city": "Paris"}}',
+    ],
+)
+def test_text_after_a_call_without_closing_marker_goes_out_when_it_arrives(markup: str) -> None:
+    """These families' calls end where their brackets balance and text follows: the text that
+    follows ends the span, in whatever piece (and with whatever characters) it arrives."""
+    recogniser = CallRecogniser(FAMILIES, DeclaredTools.of(REQUEST), lambda k, n: None, 10**6)
+    assert recogniser.feed(markup[:-3]) == ("", [])
+    assert recogniser.feed(markup[-3:]) == ("", [])
+    assert recogniser.feed("\n") == ("", [])
+    text, calls = recogniser.feed("Then I will tell you")
+    assert text == "Then I will tell you" and [c.name for c in calls] == ["get_weather"]
+    assert recogniser.feed(" more words") == (" more words", [])
