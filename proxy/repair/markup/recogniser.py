@@ -33,6 +33,12 @@ FENCE = "```"
 ENDINGS = ">}])"
 """The characters every family's markup ends with (a closing tag, `<|call|>`, `}`, `]`)."""
 SMALL_SPAN = 4096
+SLICE = 1024
+"""A longer piece (a whole non-streamed answer) is fed in slices of this many characters: a
+span opened in a piece holds the rest of that piece, and an opener refused at once sends the
+rest back to be scanned again, so a huge piece full of openers would cost quadratic work.
+Fed in slices, it costs what the same text streamed costs (the output is the same: any split
+of the content gives the same text and calls)."""
 MAX_HELD_WHITESPACE = 256
 """Whitespace after a call is held (and dropped if another call or the end follows) up to this."""
 
@@ -147,6 +153,13 @@ class CallRecogniser:
             and not any(char in text for char in self._first_chars)
         ):
             return text, []  # the fast path: no opener, fence or partial one can be in here
+        if len(text) > SLICE:
+            texts, calls = [], []
+            for start in range(0, len(text), SLICE):
+                sent, found = self._run(text[start : start + SLICE], final=False, truncated=False)
+                texts.append(sent)
+                calls.extend(found)
+            return "".join(texts), calls
         return self._run(text, final=False, truncated=False)
 
     def finish(self, truncated: bool) -> tuple[str, list[RecognisedCall]]:

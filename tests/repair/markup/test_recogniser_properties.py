@@ -221,3 +221,44 @@ def test_text_after_a_call_without_closing_marker_goes_out_when_it_arrives(marku
     text, calls = recogniser.feed("Then I will tell you")
     assert text == "Then I will tell you" and [c.name for c in calls] == ["get_weather"]
     assert recogniser.feed(" more words") == (" more words", [])
+
+
+# ── bounded work: count what the families are asked, never time it ───────────────────────
+
+
+def counting(family_class: type, asked: list[int]) -> object:
+    class Counting(family_class):
+        def name(self, span: str, opener: str):  # type: ignore[no-untyped-def]
+            asked.append(len(span))
+            return super().name(span, opener)
+
+        def end(self, span: str, opener: str, final: bool):  # type: ignore[no-untyped-def]
+            asked.append(len(span))
+            return super().end(span, opener, final)
+
+    return Counting()
+
+
+@pytest.mark.parametrize(
+    ("family_name", "opener"),
+    [
+        ("Hermes", "<tool_call>"),
+        ("Harmony", "<|channel|>"),
+        ("Mistral", "[TOOL_CALLS]"),
+        ("LlamaFunction", "<function="),
+    ],
+)
+def test_many_openers_in_one_piece_cost_linear_work(family_name: str, opener: str) -> None:
+    """A non-streamed answer (one piece) of 20,000 openers in a row: each opener is refused at
+    once, and the text the family is shown per opener must not be the whole rest of the answer
+    (that is quadratic: a megabyte of openers took minutes)."""
+    from proxy.repair.markup import families
+
+    asked: list[int] = []
+    family = counting(getattr(families, family_name), asked)
+    answer = opener * 20_000
+    recogniser = CallRecogniser([family], DeclaredTools.of(REQUEST), lambda k, n: None, 10**6)
+    text, calls = recogniser.feed(answer)
+    rest, more = recogniser.finish(False)
+    assert text + rest == answer and calls == more == []
+    assert sum(asked) < 200 * len(answer)
