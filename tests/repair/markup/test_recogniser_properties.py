@@ -6,6 +6,7 @@ what a hostile upstream or an odd request schema can send."""
 from __future__ import annotations
 
 import itertools
+import json
 
 import orjson
 import pytest
@@ -14,7 +15,9 @@ from hypothesis import strategies as st
 
 from proxy.repair.calls.declared import DeclaredTools
 from proxy.repair.markup.families import FAMILIES
-from proxy.repair.markup.recogniser import CallRecogniser
+from proxy.repair.markup.recogniser import NAME_WITHIN, CallRecogniser
+from tests.repair.markup.test_family_streams import REQUEST as FAMILY_REQUEST
+from tests.repair.markup.test_family_streams import SAMPLES, START_ONLY
 from tests.repair.markup.test_recogniser import CALL, REQUEST, recognise
 
 
@@ -236,6 +239,10 @@ def counting(family_class: type, asked: list[int]) -> object:
             asked.append(len(span))
             return super().end(span, opener, final)
 
+        def calls(self, span: str, opener: str):  # type: ignore[no-untyped-def]
+            asked.append(len(span))
+            return super().calls(span, opener)
+
     return Counting()
 
 
@@ -262,3 +269,222 @@ def test_many_openers_in_one_piece_cost_linear_work(family_name: str, opener: st
     rest, more = recogniser.finish(False)
     assert text + rest == answer and calls == more == []
     assert sum(asked) < 200 * len(answer)
+
+
+def counting_families(asked: list[int]) -> list:
+    """Every family, each hook call counted by the length of text it was shown."""
+    return [counting(type(family), asked) for family in FAMILIES]
+
+
+HOSTILE = {
+    "angles": "<" * 1_000_000,
+    "brackets": "[" * 1_000_000,
+    "backticks": "`" * 1_000_000,
+    "prefixes": "".join(opener[:-1] for opener in sorted({o for f in FAMILIES for o in f.openers}))
+    * 3_000,
+    "nested": '[TOOL_CALLS]get_weather[ARGS]{"city": ' + "[" * 200_000 + "]" * 200_000 + "}",
+    "nested_list": "[TOOL_CALLS]" + "[" * 300_000,
+    "deep_hermes": '<tool_call>{"name": "get_weather", "arguments": ' + "{" * 300_000,
+    "pythonic_deep": "[get_weather(city=" + "[" * 300_000,
+    "openers_mixed": "<tool_call><|channel|>[TOOL_CALLS]<function=<|start|>" * 10_000,
+    "unclosed_strings": '<tool_call>{"name": "get_weather", "arguments": {"city": "'
+    + '\\"' * 200_000,
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+@pytest.mark.parametrize("width", [None, 1, 4093])
+def test_hostile_content_costs_linear_work_and_comes_out_whole(
+    name: str, width: int | None
+) -> None:
+    answer = HOSTILE[name]
+    if width == 1:
+        answer = answer[:60_000]  # a byte at a time: enough to show the cost per piece
+    pieces = (
+        [answer] if width is None else [answer[i : i + width] for i in range(0, len(answer), width)]
+    )
+    asked: list[int] = []
+    recogniser = CallRecogniser(
+        counting_families(asked), DeclaredTools.of(REQUEST), lambda k, n: None, 100_000
+    )
+    texts, calls = [], []
+    for piece in pieces:
+        text, found = recogniser.feed(piece)
+        texts.append(text)
+        calls.extend(found)
+    text, found = recogniser.finish(False)
+    assert "".join(texts) + text == answer and calls == found == []
+    assert len(asked) < 4 * len(answer) and sum(asked) < 300 * len(answer), (len(asked), sum(asked))
+
+
+# ── nothing lost, nothing invented ────────────────────────────────────────────────────────
+
+PLAIN = st.text(
+    alphabet=st.sampled_from([*"abc xyz.,:;!?()}]>\n\r\t", "\u00e9", "\u4e1c", "\U0001f600"]),
+    min_size=1,
+    max_size=12,
+)
+"""Text with none of the openers' (or a fence's) first characters."""
+ANYWHERE = sorted(set(SAMPLES) - START_ONLY)
+"""Families whose markup is recognised anywhere in the content (not only at its start)."""
+
+
+def family_outcome(pieces: list[str]) -> tuple[str, list[tuple[str, object]]]:
+    texts, calls, _ = recognise(pieces, request=FAMILY_REQUEST)
+    return "".join(texts), [(call.name, orjson.loads(call.arguments)) for call in calls]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.one_of(PLAIN, st.sampled_from(ANYWHERE)), max_size=8),
+    st.lists(st.integers(min_value=0, max_value=3000), max_size=12),
+)
+def test_the_text_is_the_input_with_exactly_the_recognised_spans_removed(
+    segments: list[str], cuts_at: list[int]
+) -> None:
+    """Text and calls of any family, in any order, split anywhere: the calls are the ones
+    written, in order, and the text is the rest, only the whitespace right after a call gone."""
+    answer, kept, expected_calls, after_call = [], [], [], False
+    for segment in segments:
+        if segment in SAMPLES:
+            markup, written = SAMPLES[segment]
+            answer.append(markup)
+            expected_calls.extend(written)
+            after_call = True
+        else:
+            answer.append(segment)
+            text = segment.lstrip() if after_call else segment
+            after_call = after_call and not text
+            kept.append(text)
+    whole = "".join(answer)
+    assert family_outcome(pieces_of(whole, cuts_at)) == ("".join(kept), expected_calls)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(PLAIN, max_size=10))
+def test_plain_text_is_never_held_or_changed(pieces: list[str]) -> None:
+    recogniser = CallRecogniser(FAMILIES, DeclaredTools.of(REQUEST), lambda k, n: None, 10**6)
+    for piece in pieces:
+        assert recogniser.feed(piece) == (piece, [])
+    assert recogniser.finish(False) == ("", [])
+
+
+OPENERS = sorted({opener for family in FAMILIES for opener in family.openers})
+LONGEST = max(len(opener) for opener in OPENERS)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from(["a", " ", "x y", "\n"]),
+            st.builds(
+                lambda opener, cut: opener[: max(1, min(cut, len(opener) - 1))],
+                st.sampled_from(OPENERS),
+                st.integers(min_value=1, max_value=40),
+            ),
+        ),
+        max_size=20,
+    )
+)
+def test_a_held_tail_is_never_longer_than_the_longest_opener(pieces: list[str]) -> None:
+    """Partial openers (never a whole one) after some text: all of it comes out, and at no
+    point is more held back than an opener's length."""
+    recogniser = CallRecogniser(FAMILIES, DeclaredTools.of(REQUEST), lambda k, n: None, 10**6)
+    received = sent = len("Hi ")
+    assert recogniser.feed("Hi ") == ("Hi ", [])
+    out = ["Hi "]
+    for piece in pieces:
+        text, calls = recogniser.feed(piece)
+        assert calls == []
+        received, sent = received + len(piece), sent + len(text)
+        out.append(text)
+        assert received - sent < LONGEST
+    out.append(recogniser.finish(False)[0])
+    assert "".join(out) == "Hi " + "".join(pieces)
+
+
+ARGUMENTS = st.dictionaries(
+    st.sampled_from(["city", "days", "town", "x"]),
+    st.one_of(
+        st.text(max_size=8),
+        st.integers(
+            min_value=-(2**63), max_value=2**63 - 1
+        ),  # past 64 bits: see test_open_questions
+        st.floats(allow_nan=False, allow_infinity=False),
+        st.booleans(),
+        st.none(),
+        st.lists(st.integers(), max_size=3),
+    ),
+    max_size=3,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.sampled_from(["get_weather", "get_time", "rm_rf", "get_weather2", "get-weather"]), ARGUMENTS
+)
+def test_a_call_is_only_made_of_a_declared_name_with_valid_arguments(
+    name: str, arguments: dict
+) -> None:
+    written = json.dumps({"name": name, "arguments": arguments})
+    answer = f"Checking. <tool_call>{written}</tool_call> done"
+    texts, calls, _ = recognise([answer])
+    tools = DeclaredTools.of(REQUEST)
+    assert tools is not None
+    if calls:
+        [call] = calls
+        delivered = orjson.loads(call.arguments)
+        assert call.name == name and name in tools and tools.check(name, delivered) is None
+        assert delivered == arguments  # the arguments written, not a changed value
+        assert "".join(texts) == "Checking. done"
+    else:
+        assert "".join(texts) == answer
+        assert name not in tools or tools.check(name, arguments) is not None
+
+
+# ── bounded holding ───────────────────────────────────────────────────────────────────────
+
+
+@pytest.mark.parametrize(
+    "opener",
+    [
+        "<tool_call>{",
+        "<|tool_calls_section_begin|>",
+        "[TOOL_CALLS]",
+        "<minimax:tool_call>",
+        "<|start|>assistant",
+        "<function=",
+        "<\uff5ctool\u2581calls\u2581begin\uff5c>",
+    ],
+)
+def test_an_unnamed_span_is_released_within_the_name_bound(opener: str) -> None:
+    """An opener followed by whitespace that never names a call, a byte at a time: never more
+    than NAME_WITHIN characters held, and all of it comes out."""
+    recogniser = CallRecogniser(FAMILIES, DeclaredTools.of(REQUEST), lambda k, n: None, 10**6)
+    answer = "Hi " + opener + " " * 2000 + "end"
+    received = sent = 0
+    out = []
+    for char in answer:
+        text, calls = recogniser.feed(char)
+        assert calls == []
+        received, sent = received + 1, sent + len(text)
+        out.append(text)
+        assert received - sent <= NAME_WITHIN
+    out.append(recogniser.finish(False)[0])
+    assert "".join(out) == answer
+
+
+def test_a_named_span_past_the_bound_is_released_a_byte_at_a_time() -> None:
+    counts: list[str] = []
+    recogniser = CallRecogniser(
+        FAMILIES, DeclaredTools.of(REQUEST), lambda k, n: counts.append(k), 500
+    )
+    answer = '<tool_call>{"name": "get_weather", "arguments": {"city": "' + "x}" * 2000
+    received = sent = 0
+    for char in answer:
+        text, calls = recogniser.feed(char)
+        assert calls == []
+        received, sent = received + 1, sent + len(text)
+        assert received - sent <= 501
+    assert sent == received and counts == ["text_tool_call_too_long"]
