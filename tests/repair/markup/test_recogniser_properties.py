@@ -488,3 +488,35 @@ def test_a_named_span_past_the_bound_is_released_a_byte_at_a_time() -> None:
         received, sent = received + 1, sent + len(text)
         assert received - sent <= 501
     assert sent == received and counts == ["text_tool_call_too_long"]
+
+
+# ── safety ────────────────────────────────────────────────────────────────────────────────
+
+
+@pytest.mark.parametrize("name", sorted(set(SAMPLES) - {"hermes"}))
+def test_a_span_cut_by_length_anywhere_is_never_a_call(name: str) -> None:
+    """Every proper prefix of one span, ended by a length cut: the text exactly, no call."""
+    markup = SAMPLES[name][0]
+    for cut in range(1, len(markup)):
+        texts, calls, _ = recognise([markup[:cut]], request=FAMILY_REQUEST, truncated=True)
+        assert calls == [] and "".join(texts) == markup[:cut], (name, cut)
+
+
+@pytest.mark.parametrize("name", ANYWHERE)
+def test_markup_in_a_fence_is_text_at_every_split(name: str) -> None:
+    answer = f"Example:\n```\n{SAMPLES[name][0]}\n```\nThat is all."
+    for pieces in [[answer], list(answer), [answer[:14], answer[14:]]]:
+        assert family_outcome(pieces) == (answer, [])
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        {**FAMILY_REQUEST, "tool_choice": "none"},
+        {"messages": [], "tools": []},
+        {**FAMILY_REQUEST, "tool_choice": {"type": "function", "function": {"name": "get_time"}}},
+    ],
+)
+def test_no_declared_tool_means_no_calls(request_: dict) -> None:
+    tools = DeclaredTools.of(request_)
+    assert tools is None or all(name not in tools for name in ("get_weather", "get_forecast"))
