@@ -37,7 +37,8 @@ class DeclaredTools:
     @classmethod
     def of(cls, request: Mapping[str, Any]) -> DeclaredTools | None:
         """None when the request gives no function tool a call could name: no `tools`, or
-        `tool_choice: "none"`. A named `tool_choice` leaves only that tool."""
+        `tool_choice: "none"`. A named `tool_choice` leaves only that tool, `allowed_tools` only
+        those it lists, a forced custom tool none."""
         choice = request.get("tool_choice")
         if choice == "none":
             return None
@@ -49,9 +50,9 @@ class DeclaredTools:
             if isinstance(name, str) and name and name not in schemas:
                 parameters = function.get("parameters")
                 schemas[name] = parameters if parameters is not None else {"type": "object"}
-        forced = _forced_name(choice)
-        if forced is not None:
-            schemas = {forced: schemas[forced]} if forced in schemas else {}
+        allowed = _allowed_names(choice)
+        if allowed is not None:
+            schemas = {name: schemas[name] for name in schemas if name in allowed}
         return cls(schemas) if schemas else None
 
     def __contains__(self, name: object) -> bool:
@@ -124,10 +125,27 @@ class DeclaredTools:
         return self._validators[name]
 
 
-def _forced_name(choice: Any) -> str | None:
-    if isinstance(choice, dict) and isinstance(choice.get("function"), dict):
+def _allowed_names(choice: Any) -> set[str] | None:
+    """The function names a dict `tool_choice` leaves a call (None: it narrows nothing): the
+    named function; those `allowed_tools` lists; none when it forces a custom tool."""
+    if not isinstance(choice, dict):
+        return None
+    if isinstance(choice.get("function"), dict):
         name = choice["function"].get("name")
-        return name if isinstance(name, str) else None
+        return {name} if isinstance(name, str) else None
+    kind = choice.get("type")
+    if kind == "custom":
+        return set()
+    if kind == "allowed_tools":
+        listed = choice.get("allowed_tools")
+        tools = listed.get("tools") if isinstance(listed, dict) else None
+        names = set()
+        for tool in tools if isinstance(tools, list) else ():
+            function = tool.get("function") if isinstance(tool, dict) else None
+            name = function.get("name") if isinstance(function, dict) else None
+            if isinstance(name, str):
+                names.add(name)
+        return names
     return None
 
 

@@ -520,3 +520,41 @@ def test_markup_in_a_fence_is_text_at_every_split(name: str) -> None:
 def test_no_declared_tool_means_no_calls(request_: dict) -> None:
     tools = DeclaredTools.of(request_)
     assert tools is None or all(name not in tools for name in ("get_weather", "get_forecast"))
+
+
+TIME = function("get_time", {"type": "object"})
+
+
+def allowed(*names: str, mode: str = "auto") -> dict:
+    tools = [{"type": "function", "function": {"name": name}} for name in names]
+    return {"type": "allowed_tools", "allowed_tools": {"mode": mode, "tools": tools}}
+
+
+@pytest.mark.parametrize(
+    "choice",
+    [
+        allowed("get_time"),
+        allowed("get_time", mode="required"),
+        allowed(),
+        {"type": "custom", "custom": {"name": "grammar_tool"}},
+    ],
+)
+def test_a_tool_choice_that_leaves_a_tool_out_leaves_its_markup_text(choice: dict) -> None:
+    """OpenAI's `allowed_tools` tool_choice narrows the tools a call may name as a named
+    choice does, and forcing a custom tool leaves no function tool to call."""
+    request_ = {"messages": [], "tools": [REQUEST["tools"][0], TIME], "tool_choice": choice}
+    tools = DeclaredTools.of(request_)
+    assert tools is None or "get_weather" not in tools
+    if tools is not None:
+        texts, calls, _ = recognise([CALL], request=request_)
+        assert calls == [] and "".join(texts) == CALL
+
+
+def test_allowed_tools_still_declares_the_tools_it_allows() -> None:
+    request_ = {
+        "messages": [],
+        "tools": [REQUEST["tools"][0], TIME],
+        "tool_choice": allowed("get_weather"),
+    }
+    _, calls, _ = recognise([CALL], request=request_)
+    assert [call.name for call in calls] == ["get_weather"]
