@@ -85,3 +85,16 @@ def test_a_repeated_mistral_call_id_is_replaced_by_one_mistral_accepts() -> None
     ids = [call["id"] for call in assembled_calls(body)[0]]
     assert finish_reasons(body) == {0: ["tool_calls"]}
     assert len(set(ids)) == 2 and all(len(i) == 9 and i.isalnum() for i in ids)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="No reasoning repair moves <think> out of content yet (MarkupRules.reasoning "
+    "names one), so a call the model drafted while thinking becomes a real call, and the "
+    "think block stays content. vLLM separates reasoning before parsing tools; whether the "
+    "recogniser should treat an open <think> like a fence, or wait for text_reasoning, is open.",
+)
+def test_markup_inside_a_think_block_is_not_a_call() -> None:
+    answer = "<think>I could call " + CALL + " maybe</think>The answer."
+    body = repair_stream(content_stream(answer, [3, 20, 50]), REQUEST)
+    assert 0 not in assembled_calls(body)

@@ -558,3 +558,34 @@ def test_allowed_tools_still_declares_the_tools_it_allows() -> None:
     }
     _, calls, _ = recognise([CALL], request=request_)
     assert [call.name for call in calls] == ["get_weather"]
+
+
+NEAR_MISSES = [
+    *TOKENS,
+    CALL[:-1],
+    CALL[:25],
+    CALL[11:],
+    "<tool_call>{",
+    '{"name": "get_weather"',
+    "[get_weather(",
+    "<|start|>assistant",
+    "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0",
+    "<\uff5ctool\u2581calls\u2581begin\uff5c>",
+]
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.sampled_from(NEAR_MISSES), max_size=10),
+    st.lists(st.integers(min_value=0, max_value=1500), max_size=12),
+    st.booleans(),
+)
+def test_when_no_call_is_recognised_the_text_is_exactly_the_input(
+    tokens: list[str], cuts_at: list[int], truncated: bool
+) -> None:
+    answer = "".join(tokens)
+    text, calls = outcome(pieces_of(answer, cuts_at), truncated=truncated)
+    if not calls:
+        assert text == answer
+    else:
+        assert len(text) < len(answer)
