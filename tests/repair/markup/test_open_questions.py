@@ -98,3 +98,24 @@ def test_markup_inside_a_think_block_is_not_a_call() -> None:
     answer = "<think>I could call " + CALL + " maybe</think>The answer."
     body = repair_stream(content_stream(answer, [3, 20, 50]), REQUEST)
     assert 0 not in assembled_calls(body)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        # A four-backtick fence showing a three-backtick one (how models show nested code):
+        # the inner ``` does not close the outer fence in Markdown, but toggles here.
+        "````markdown\n```\n" + CALL + "\n```\n````",
+        # A tilde fence is a fence in CommonMark too.
+        "~~~\n" + CALL + "\n~~~",
+    ],
+)
+@pytest.mark.xfail(
+    strict=True,
+    reason="Fences are counted as runs of three backticks anywhere; CommonMark's fences (a run "
+    "of three or more backticks or tildes opening a line, closed only by a run as long) need "
+    "line-aware state in the recogniser, a change to its fence model.",
+)
+def test_markup_in_a_markdown_fence_of_any_form_stays_text(answer: str) -> None:
+    texts, calls, _ = recognise([answer])
+    assert calls == [] and "".join(texts) == answer
