@@ -120,7 +120,9 @@ class DeclaredTools:
                 )
                 cls.check_schema(schema)
                 self._validators[name] = cls(schema)
-            except (SchemaError, TypeError, ValueError):
+            except (SchemaError, TypeError, ValueError, AttributeError):
+                # The schema is the request's: jsonschema reads a `$schema` that is not a
+                # string (5, true) with AttributeError before it can say SchemaError.
                 self._validators[name] = None
         return self._validators[name]
 

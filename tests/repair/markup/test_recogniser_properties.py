@@ -589,3 +589,15 @@ def test_when_no_call_is_recognised_the_text_is_exactly_the_input(
         assert text == answer
     else:
         assert len(text) < len(answer)
+
+
+@pytest.mark.parametrize("dialect", [5, None, [], {}, True, 1.5, "not a uri"])
+def test_a_schema_naming_an_odd_dialect_is_unusable_or_used_never_raising(dialect: object) -> None:
+    """`$schema` comes from the request: any value jsonschema cannot build a validator from
+    makes the tool's calls refused (text), never an exception in the stream."""
+    request_ = request_for({"$schema": dialect, "type": "object"})
+    texts, calls, counts = recognise([CALL], request=request_)
+    if calls:
+        assert [call.name for call in calls] == ["get_weather"]
+    else:
+        assert "".join(texts) == CALL and counts["text_tool_call_schema_unusable"] == 1
