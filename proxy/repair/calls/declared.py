@@ -69,8 +69,10 @@ class DeclaredTools:
             valid = validator.is_valid(arguments)
         except Unresolvable:
             return SCHEMA_UNUSABLE_KIND  # a $ref to nowhere, or off the machine: never fetched
-        except RecursionError:
-            return INVALID_ARGUMENTS_KIND  # arguments nested past what a recursive schema checks
+        except (RecursionError, OverflowError):
+            # Arguments nested past what a recursive schema checks, or an integer too large for
+            # the float a `multipleOf` divides it as.
+            return INVALID_ARGUMENTS_KIND
         return None if valid else INVALID_ARGUMENTS_KIND
 
     def typed(self, name: str, strings: Mapping[str, str]) -> dict[str, Any]:

@@ -59,6 +59,11 @@ def glm(name: str, key: str, value: str) -> str:
         # A schema whose $ref points nowhere, or off the machine: refused, never fetched.
         (CALL, request_for({"properties": {"city": {"$ref": "#/$defs/nope"}}})),
         (CALL, request_for({"properties": {"city": {"$ref": "http://127.0.0.1:9/x.json"}}})),
+        # An integer too large for the float jsonschema's multipleOf divides it as.
+        (
+            "[get_weather(n=1" + "0" * 400 + ")]",
+            request_for({"properties": {"n": {"multipleOf": 0.5}}}),
+        ),
         # A recursive schema checked against arguments nested as deep as orjson reads.
         (
             hermes('{"x": ' + "[" * 1000 + "]" * 1000 + "}"),
