@@ -53,6 +53,8 @@ def glm(name: str, key: str, value: str) -> str:
         (hermes('{"x": ' + "[" * 300 + "]" * 300 + "}"), OPEN),
         # An integer past 64 bits, from the pythonic family's Python literals.
         ("[get_weather(n=123456789012345678901234567890)]", OPEN),
+        # A Python string escape for a lone surrogate, which no JSON text can carry.
+        ('[get_weather(city="\\ud800")]', OPEN),
         # A bare value typed integer by the schema, past what int() reads or orjson writes.
         (glm("f", "i", "9" * 5000), request_for({"properties": {"i": {"type": "integer"}}}, "f")),
         (glm("f", "i", "9" * 30), request_for({"properties": {"i": {"type": "integer"}}}, "f")),
