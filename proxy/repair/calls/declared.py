@@ -14,9 +14,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import jsonschema
-import orjson
 from jsonschema.exceptions import SchemaError
 from referencing.exceptions import Unresolvable
+
+from proxy.wire import json_codec
 
 # Why a call is refused, as the kind it is counted under.
 UNDECLARED_KIND = "text_tool_call_undeclared"
@@ -88,14 +89,13 @@ class DeclaredTools:
         an object or array sent as its JSON text. None when nothing needs (or may) change."""
         if name not in self._schemas:
             return None
-        try:
-            value = orjson.loads(arguments)
-        except orjson.JSONDecodeError:
+        value = _decoded(arguments)
+        if value is None:
             return None
         if isinstance(value, str):
             inner = _decoded(value)
             if isinstance(inner, dict) and self.check(name, inner) is None:
-                return orjson.dumps(inner).decode()
+                return _encoded(inner)
             return None
         if not isinstance(value, dict) or self.check(name, value) != INVALID_ARGUMENTS_KIND:
             return None
@@ -110,7 +110,7 @@ class DeclaredTools:
                 ):
                     fixed[key] = inner
         if fixed != value and self.check(name, fixed) is None:
-            return orjson.dumps(fixed).decode()
+            return _encoded(fixed)
         return None
 
     def _validator(self, name: str) -> Any:
@@ -172,10 +172,15 @@ def _types(schema: Any) -> set[str]:
 
 
 def _decoded(text: str) -> Any:
+    """JSON text read with every integer exact (json_codec); None when it is not JSON."""
     try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
+        return json_codec.loads(text)
+    except (json_codec.JSONDecodeError, RecursionError):
         return None
+
+
+def _encoded(value: Any) -> str:
+    return json_codec.dumps(value).decode()
 
 
 def _as_type(text: str, schema: Any) -> Any:

@@ -18,10 +18,9 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-import orjson
-
 from proxy.repair.calls.declared import INVALID_ARGUMENTS_KIND, UNDECLARED_KIND, DeclaredTools
 from proxy.repair.markup.spans import REFUSED, MarkupFamily, ParsedCall
+from proxy.wire import json_codec
 
 Count = Callable[[str, int], None]
 
@@ -138,6 +137,9 @@ class CallRecogniser:
         self._span: _Span | None = None
         self._at_start_of_content = True
         self._in_fence = False
+        self._before = ""
+        """The character sent just before the text being scanned: an opener right after a
+        backtick is inline code, however the pieces fell."""
         self._ticks = 0
         """Backticks that ended the text sent so far: a fence may be split across pieces, and
         holding a lone backtick back would delay every inline `code` span."""
@@ -155,6 +157,8 @@ class CallRecogniser:
             and not self._ticks
             and not self._could_open(text)
         ):
+            if text:
+                self._before = text[-1]
             return text, []  # the fast path: no opener, fence or partial one can be in here
         if len(text) > SLICE:
             texts, calls = [], []
@@ -203,12 +207,16 @@ class CallRecogniser:
                 self._pending = text  # after a call: dropped if a call or the end follows
                 return
             self._after_call = False
+            if stripped is not text:
+                self._before = ""  # the whitespace was dropped: nothing precedes for the client
             text = stripped
+        before = self._before
         position = 0
         if self._at_start_of_content:
             lead = len(text) - len(text.lstrip())
             if lead == len(text):
                 out.append(text)  # only whitespace so far: the start may still come
+                self._before = text[-1]
                 return
             start = self._start_opener(text, lead, final)
             if start is None:
@@ -218,6 +226,7 @@ class CallRecogniser:
             if start:
                 self._ticks = 0
                 out.append(text[:lead])
+                self._before = text[lead - 1] if lead else before
                 self._span = _Span(text[lead:], start)
                 return
         leading = len(text) - len(text.lstrip("`"))
@@ -242,12 +251,17 @@ class CallRecogniser:
                 out.append(text[position : index + len(FENCE)])
                 position = index + len(FENCE)
                 continue
-            if self._in_fence:
+            quoted = (text[index - 1] if index else before) == "`"
+            if self._in_fence or quoted:
+                # Inside a fence, or right after a backtick (inline code: `<tool_call>…`): an
+                # example of the markup, not a call.
                 self._count("text_tool_call_in_code", 1)
                 out.append(text[position : index + len(marker)])
                 position = index + len(marker)
+                self._ticks = 0
                 continue
             out.append(text[position:index])
+            self._before = text[index - 1] if index else before
             self._ticks = 0  # text ends before the opener: no backtick run reaches past it
             candidates = [(f, o) for f, o in self._anywhere if text.startswith(o, index)]
             self._span = _Span(text[index:], candidates, opener=len(marker))
@@ -256,6 +270,8 @@ class CallRecogniser:
         sent = text[position : len(text) - held]
         out.append(sent)
         self._pending = text[len(text) - held :]
+        if len(text) > held:
+            self._before = text[len(text) - held - 1]
         if held:
             self._ticks = 0  # the held tail begins with an opener's character, not a backtick
         else:
@@ -339,6 +355,7 @@ class CallRecogniser:
         self.recognised += len(accepted)
         self._span = None
         self._after_call = True
+        self._before = span.text[end - 1]
         self._pending = span.text[end:] + self._pending
 
     def _choose(self, span: _Span) -> bool:
@@ -372,10 +389,10 @@ class CallRecogniser:
                 self._count(refusal, 1)
                 return None
             try:
-                text = orjson.dumps(arguments).decode()
-            except orjson.JSONEncodeError:
-                # Nested past 254 levels, or an integer past 64 bits: orjson cannot write
-                # them as received, and a changed value would be an invented call.
+                text = json_codec.dumps(arguments).decode()
+            except (TypeError, ValueError, RecursionError):
+                # Nested past what a JSON writer takes: it cannot go out as received, and a
+                # changed value would be an invented call.
                 self._count(INVALID_ARGUMENTS_KIND, 1)
                 return None
             accepted.append(RecognisedCall(call.name, text, call.id, family))
@@ -388,10 +405,18 @@ class CallRecogniser:
         still Mistral's opener)."""
         self._span = None
         out.append(span.text[: span.opener])
+        if span.opener:
+            self._before = span.text[span.opener - 1]
         self._pending = span.text[span.opener :] + self._pending
 
     def _release(self, span: _Span, end: int, out: list[str]) -> None:
-        """A refused span goes out exactly as received; scanning goes on after it."""
+        """A refused span goes out exactly as received; scanning goes on after it. Its text
+        is text like any other: a fence inside it opens or closes a code block for the client,
+        so for what follows too."""
         self._span = None
-        out.append(span.text[:end])
+        released = span.text[:end]
+        if released.count(FENCE) % 2:
+            self._in_fence = not self._in_fence
+        out.append(released)
+        self._before = released[-1]
         self._pending = span.text[end:] + self._pending

@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from proxy.repair.calls.ids import generated_call_id
+from proxy.repair.calls.ids import generated_call_id, id_digest
 from proxy.repair.chunks import choice_index, choices_of
 from proxy.repair.exchange import Exchange
 from proxy.repair.pipeline import Chunk, Repair
@@ -15,6 +15,7 @@ from proxy.wire.json_shapes import objects_in
 # Kimi's shape: `functions.NAME:N`, N counting the calls of one round.
 _NUMBERED = re.compile(r"functions\.(?P<name>[A-Za-z0-9_.-]+):(?P<n>\d+)")
 _VALID_ID = re.compile(r"[A-Za-z0-9_.:-]{1,40}")
+_NINE_ALNUM = re.compile(r"[A-Za-z0-9]{9}")
 
 
 class ReusedCallIdRepair(Repair):
@@ -77,11 +78,22 @@ class ReusedCallIdRepair(Repair):
             if _VALID_ID.fullmatch(candidate) and candidate not in taken:
                 taken.add(candidate)
                 return candidate
+        # Mistral's servers take only ids of exactly nine alphanumerics: a nine-alphanumeric id
+        # is renamed to another (hex digits are alphanumerics), any other to call_<24 hex>.
+        nine = _NINE_ALNUM.fullmatch(original) is not None
         attempt = 0
-        while (candidate := generated_call_id(original, len(taken), *where, attempt)) in taken:
+        while (candidate := self._candidate(nine, original, len(taken), where, attempt)) in taken:
             attempt += 1
         taken.add(candidate)
         return candidate
+
+    @staticmethod
+    def _candidate(
+        nine: bool, original: str, known: int, where: tuple[int, int], attempt: int
+    ) -> str:
+        if nine:
+            return id_digest(original, known, *where, attempt)[:9]
+        return generated_call_id(original, known, *where, attempt)
 
     def _history_ids(self) -> set[str]:
         if self._taken is None:

@@ -49,15 +49,10 @@ def glm(name: str, key: str, value: str) -> str:
 @pytest.mark.parametrize(
     ("answer", "request_"),
     [
-        # Arguments nested deeper than orjson writes (it reads 1024 levels, writes 254).
-        (hermes('{"x": ' + "[" * 300 + "]" * 300 + "}"), OPEN),
-        # An integer past 64 bits, from the pythonic family's Python literals.
-        ("[get_weather(n=123456789012345678901234567890)]", OPEN),
         # A Python string escape for a lone surrogate, which no JSON text can carry.
         ('[get_weather(city="\\ud800")]', OPEN),
         # A bare value typed integer by the schema, past what int() reads or orjson writes.
         (glm("f", "i", "9" * 5000), request_for({"properties": {"i": {"type": "integer"}}}, "f")),
-        (glm("f", "i", "9" * 30), request_for({"properties": {"i": {"type": "integer"}}}, "f")),
         # A schema whose $ref points nowhere, or off the machine: refused, never fetched.
         (CALL, request_for({"properties": {"city": {"$ref": "#/$defs/nope"}}})),
         (CALL, request_for({"properties": {"city": {"$ref": "http://127.0.0.1:9/x.json"}}})),
@@ -84,6 +79,44 @@ def test_what_cannot_be_delivered_faithfully_stays_text_and_never_raises(
     texts, calls, counts = recognise([answer], request=request_)
     assert calls == [] and "".join(texts) == answer
     assert counts["text_tool_call"] == 0 and sum(counts.values()) >= 1
+
+
+DEEP = "[" * 300 + "]" * 300
+BIG = 123456789012345678901234567890
+
+
+@pytest.mark.parametrize(
+    ("answer", "request_", "arguments"),
+    [
+        # Nested deeper than orjson writes (254 levels): written by the standard library.
+        (
+            hermes('{"x": ' + "[" * 300 + "]" * 300 + "}"),
+            OPEN,
+            '{"x":' + "[" * 300 + "]" * 300 + "}",
+        ),
+        # Integers past 64 bits, from JSON, Python literals and a bare value the schema types.
+        (
+            hermes('{"n": 123456789012345678901234567890}'),
+            OPEN,
+            '{"n":123456789012345678901234567890}',
+        ),
+        (
+            "[get_weather(n=123456789012345678901234567890)]",
+            OPEN,
+            '{"n":123456789012345678901234567890}',
+        ),
+        (
+            glm("f", "i", "9" * 30),
+            request_for({"properties": {"i": {"type": "integer"}}}, "f"),
+            '{"i":' + "9" * 30 + "}",
+        ),
+    ],
+)
+def test_long_integers_and_deep_nesting_are_delivered_exactly(
+    answer: str, request_: dict, arguments: str
+) -> None:
+    texts, calls, _ = recognise([answer], request=request_)
+    assert [call.arguments for call in calls] == [arguments] and "".join(texts) == ""
 
 
 NUMBERS = request_for(
@@ -182,9 +215,10 @@ def test_a_run_of_backticks_split_anywhere_opens_and_closes_fences_alike(ticks: 
 
 
 def test_backticks_before_a_call_do_not_reach_past_it() -> None:
-    """Two backticks before a call and one after it are no fence (in one piece or split)."""
+    """Two backticks before a call and one after it are no fence (in one piece or split); the
+    call right after a backtick is inline code, the one after the text is a call."""
     answer = "``" + CALL + "`x " + CALL
-    assert outcome(["``", answer[2:]]) == outcome([answer]) == ("```x ", [PARIS, PARIS])
+    assert outcome(["``", answer[2:]]) == outcome([answer]) == ("``" + CALL + "`x ", [PARIS])
 
 
 PARIS = ("get_weather", '{"city":"Paris"}')

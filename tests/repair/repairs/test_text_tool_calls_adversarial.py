@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from proxy.repair.conformance import stream_chunks, violations
 from tests.repair.markup.test_family_streams import REQUEST as FAMILY_REQUEST
 from tests.repair.markup.test_family_streams import SAMPLES, START_ONLY
-from tests.repair.markup.test_recogniser import CALL, REQUEST
+from tests.repair.markup.test_recogniser import CALL, REQUEST, recognise
 from tests.support.streams import assembled_calls, content, finish_reasons, repair_stream, sse
 
 ENVELOPE = {"id": "chatcmpl-a", "object": "chat.completion.chunk", "created": 1, "model": "m"}
@@ -228,3 +228,42 @@ def test_an_inline_code_span_then_a_real_call_and_markup_after_a_fence() -> None
     assert [c["name"] for c in assembled_calls(body)[0]] == ["get_weather"]
     assert content(body) == {0: answer[: -len(CALL)]}
     assert_whole_calls(body)
+
+
+# ── decided after the adversarial pass ────────────────────────────────────────────────
+
+
+def test_a_whole_call_before_a_length_cut_is_conformant() -> None:
+    """A call that closed before the cut is delivered and the finish stays `length`, as
+    OpenAI itself reports a turn cut while it held calls (conformance accepts it)."""
+    body = repair_stream(content_stream(CALL + " and then I", [7, 40], finish="length"), REQUEST)
+    assert violations(body) == []
+
+
+def test_markup_in_inline_code_stays_text() -> None:
+    """An opener right after a backtick is inline code: an example, not a call."""
+    answer = "Use `" + CALL + "` to call it."
+    texts, calls, _ = recognise([answer])
+    assert calls == [] and "".join(texts) == answer
+
+
+def test_markup_after_a_fence_opened_inside_a_refused_span_stays_text() -> None:
+    """A refused span is text like any other: a fence in it opens a code block for what
+    follows."""
+    refused = '<tool_call>{"name": "get_weather", "arguments": {"town": "```"}}</tool_call>\n'
+    answer = refused + CALL + "\n```"
+    texts, calls, _ = recognise([answer])
+    assert calls == [] and "".join(texts) == answer
+
+
+def test_a_repeated_mistral_call_id_is_replaced_by_one_mistral_accepts() -> None:
+    """A repeated nine-alphanumeric id is renamed to another nine alphanumerics, the only
+    shape Mistral's servers take back."""
+    answer = (
+        '[TOOL_CALLS]get_weather[CALL_ID]abc123XYZ[ARGS]{"city": "Paris"}'
+        '[TOOL_CALLS]get_weather[CALL_ID]abc123XYZ[ARGS]{"city": "Rome"}'
+    )
+    body = repair_stream(content_stream("x " + answer, [5, 50]), REQUEST)
+    ids = [call["id"] for call in assembled_calls(body)[0]]
+    assert finish_reasons(body) == {0: ["tool_calls"]}
+    assert len(set(ids)) == 2 and all(len(i) == 9 and i.isalnum() for i in ids)

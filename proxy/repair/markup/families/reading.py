@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import orjson
-
 from proxy.repair.markup.spans import REFUSED, MarkupFamily, ParsedCall, _Refused
+from proxy.wire import json_codec
 
 Named = str | _Refused | None
 """What `name` answers: the name, REFUSED, or None while it may still come."""
@@ -141,9 +140,10 @@ def json_dict(text: str) -> dict[str, Any] | None:
 
 
 def json_value(text: str) -> Any:
+    """Integers exact however long (json_codec): a call must carry the number the model wrote."""
     try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
+        return json_codec.loads(text)
+    except (json_codec.JSONDecodeError, RecursionError):
         return INVALID
 
 
