@@ -31,8 +31,6 @@ import pytest
 from tests.support.markup_upstream import (
     FAMILIES,
     PARIS,
-    PREFIX,
-    TOKYO,
     MarkupUpstream,
     answer_for,
     final_answer,
@@ -209,86 +207,74 @@ def assert_ids(family: str, model: str, turn: Turn) -> None:
 
 # ── a call, run, and the second turn ─────────────────────────────────────────
 
+VARIANTS = {
+    "": "one call",
+    "/parallel": "two calls, in the order written",
+    "/prefixed": "text before the call stays content, before the call",
+}
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("family", FAMILIES)
-def test_markup_becomes_a_tool_call_and_the_second_turn_answers(
-    fake: MarkupUpstream, proxy: str, family: str, mode: str
-) -> None:
+
+def assert_round_trip(fake: MarkupUpstream, base_url: str, model: str, mode: str) -> None:
+    """Turn one gives the calls the model wrote as real tool calls; the app runs them and
+    sends the results; turn two (accepted by the fake's template check) answers with them."""
+    answer = answer_for(model)
+    family = answer.family.name
     messages: list[Any] = [QUESTION]
-    turn = ask(proxy, family, messages, mode, tools=WEATHER)
-    assert named_arguments(turn) == [("get_weather", PARIS)]
+    turn = ask(base_url, model, messages, mode, tools=WEATHER)
+    assert named_arguments(turn) == answer.calls
     assert turn.finish_reason == "tool_calls"
-    assert not turn.content, f"content left: {turn.content!r}"
-    assert_ids(family, family, turn)
     assert all(c["type"] == "function" for c in turn.calls)
+    assert_ids(family, model, turn)
+    if answer.prefix:
+        # The words the model wrote before its call, all of them and nothing of the markup
+        # (the line break between them and the call may go with the markup).
+        assert (turn.content or "").rstrip() == answer.prefix.rstrip()
+        assert_no_markup(family, turn.content)
+    else:
+        assert not turn.content, f"content left: {turn.content!r}"
+    if turn.order:
+        first_call = turn.order.index("tool_calls")
+        assert "content" not in turn.order[first_call:], turn.order
     tool_messages, results = run_tools(turn)
     messages += [turn.history, *tool_messages]
-    final = ask(proxy, family, messages, mode, tools=WEATHER)
+    final = ask(base_url, model, messages, mode, tools=WEATHER)
     assert fake.rejections == []
     assert final.content == final_answer(results)
     assert final.calls == []
     assert final.finish_reason == "stop"
-    # What reached the upstream on the second request is what the template renders.
+    # What reached the upstream the second time: the calls, each answered by its id.
     sent = fake.chat_requests[-1]["messages"]
-    assert sent[1]["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert [c["function"]["name"] for c in sent[1]["tool_calls"]] == [n for n, _ in answer.calls]
     assert [m["tool_call_id"] for m in sent[2:]] == [c["id"] for c in turn.calls]
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("variant", VARIANTS, ids=[v or "/one" for v in VARIANTS])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_markup_becomes_tool_calls_and_the_second_turn_answers(
+    fake: MarkupUpstream, proxy: str, family: str, variant: str, mode: str
+) -> None:
+    assert_round_trip(fake, proxy, family + variant, mode)
+
+
 @pytest.mark.parametrize("mode", STREAMED)
+@pytest.mark.parametrize("variant", VARIANTS, ids=[v or "/one" for v in VARIANTS])
 @pytest.mark.parametrize("family", FAMILIES)
-def test_incremental_emission_gives_the_same_call(
-    fake: MarkupUpstream, incremental_proxy: str, family: str, mode: str
+def test_incremental_emission_gives_the_same_calls(
+    fake: MarkupUpstream, incremental_proxy: str, family: str, variant: str, mode: str
 ) -> None:
-    messages: list[Any] = [QUESTION]
-    turn = ask(incremental_proxy, family, messages, mode, tools=WEATHER)
-    assert named_arguments(turn) == [("get_weather", PARIS)]
-    assert turn.finish_reason == "tool_calls"
-    assert not turn.content
-    assert_ids(family, family, turn)
-    tool_messages, results = run_tools(turn)
-    final = ask(incremental_proxy, family, [*messages, turn.history, *tool_messages], mode)
-    assert fake.rejections == []
-    assert final.content == final_answer(results)
+    assert_round_trip(fake, incremental_proxy, family + variant, mode)
 
 
 @pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("variant", VARIANTS, ids=[v or "/one" for v in VARIANTS])
 @pytest.mark.parametrize("family", FAMILIES)
-def test_parallel_calls_keep_their_order(
-    fake: MarkupUpstream, proxy: str, family: str, mode: str
+def test_control_a_working_parser_passes_the_same_checks(
+    family: str, variant: str, mode: str
 ) -> None:
-    model = f"{family}/parallel"
-    turn = ask(proxy, model, [QUESTION], mode, tools=WEATHER)
-    assert named_arguments(turn) == [("get_weather", PARIS), ("get_weather", TOKYO)]
-    assert turn.finish_reason == "tool_calls"
-    assert not turn.content
-    assert_ids(family, model, turn)
-    tool_messages, results = run_tools(turn)
-    final = ask(proxy, model, [QUESTION, turn.history, *tool_messages], mode, tools=WEATHER)
-    assert fake.rejections == []
-    assert final.content == final_answer(results)
-
-
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("family", FAMILIES)
-def test_text_before_the_call_stays_content_in_order(
-    fake: MarkupUpstream, proxy: str, family: str, mode: str
-) -> None:
-    model = f"{family}/prefixed"
-    turn = ask(proxy, model, [QUESTION], mode, tools=WEATHER)
-    assert named_arguments(turn) == [("get_weather", PARIS)]
-    assert turn.finish_reason == "tool_calls"
-    # The words the model wrote before its call, all of them and nothing of the markup (the
-    # line break between them and the call may go with the markup).
-    assert (turn.content or "").rstrip() == PREFIX.rstrip()
-    assert_no_markup(family, turn.content)
-    if mode == "create-stream":
-        first_call = turn.order.index("tool_calls")
-        assert "content" not in turn.order[first_call:], turn.order
-    tool_messages, results = run_tools(turn)
-    final = ask(proxy, model, [QUESTION, turn.history, *tool_messages], mode, tools=WEATHER)
-    assert fake.rejections == []
-    assert final.content == final_answer(results)
+    # The same server with its tool parser working, no proxy: what the checks above accept.
+    with running_markup_upstream(parser=True) as (control, url):
+        assert_round_trip(control, url, family + variant, mode)
 
 
 # ── where the markup stays text ──────────────────────────────────────────────

@@ -31,11 +31,18 @@ tool-call markup (the template would render each call twice), and every call has
 plain text that uses the tool results (`final_answer`).
 
 Every request is kept in `requests`.
+
+`MarkupUpstream(parser=True)` is the control: the same server with a tool parser that worked
+(as vLLM's does when it is configured): on a first request that declares the tool, the calls
+come as real `tool_calls` (streamed: an opening entry with index, id, type and name, then the
+arguments in fragments), any text before them as content, finish "tool_calls". A test run
+against it checks that the tests' own checks accept a correct answer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -302,10 +309,37 @@ def tool_results(messages: list[Any]) -> list[str]:
 # ── the fake ─────────────────────────────────────────────────────────────────
 
 
+def parsed_calls(answer: Answer, seed: str) -> list[dict[str, Any]]:
+    """The calls as a working tool parser returns them (ids `call_<24 hex>` from `seed`, or
+    the ones the model wrote)."""
+    calls = []
+    for position, (name, arguments) in enumerate(answer.calls):
+        digest = hashlib.sha256(f"{seed}:{position}".encode()).hexdigest()
+        calls.append(
+            {
+                "id": answer.call_id(position) or f"call_{digest[:24]}",
+                "type": "function",
+                "function": {"name": name, "arguments": _json(arguments)},
+            }
+        )
+    return calls
+
+
+def declared(body: dict[str, Any]) -> set[str]:
+    tools = body.get("tools") if isinstance(body.get("tools"), list) else []
+    return {
+        t["function"].get("name")
+        for t in tools
+        if isinstance(t, dict) and isinstance(t.get("function"), dict)
+    }
+
+
 @dataclass
 class MarkupUpstream:
     pause: float = 0.001
     """Seconds between two streamed events, so they cross the socket one by one."""
+    parser: bool = False
+    """The control: a tool parser that worked (see the module's docstring)."""
     requests: list[RecordedRequest] = field(default_factory=list)
     rejections: list[list[str]] = field(default_factory=list)
     app: Starlette = field(init=False, repr=False)
@@ -352,9 +386,17 @@ class MarkupUpstream:
             "created": int(time.time()),
             "model": model,
         }
+        calls: list[dict[str, Any]] = []
+        if (
+            self.parser
+            and text == answer.text
+            and body.get("tool_choice") != "none"
+            and {name for name, _ in answer.calls} <= declared(body)
+        ):
+            text, calls = answer.prefix, parsed_calls(answer, envelope["id"])
         if stream:
             return StreamingResponse(
-                self._stream(envelope, text),
+                self._stream(envelope, text, calls),
                 media_type="text/event-stream",
                 headers={"cache-control": "no-cache"},
             )
@@ -364,16 +406,22 @@ class MarkupUpstream:
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": text, "tool_calls": []},
+                    "message": {
+                        "role": "assistant",
+                        "content": text or None,
+                        "tool_calls": calls,
+                    },
                     "logprobs": None,
-                    "finish_reason": "stop",
+                    "finish_reason": "tool_calls" if calls else "stop",
                 }
             ],
             "usage": {"prompt_tokens": 120, "completion_tokens": 40, "total_tokens": 160},
         }
         return Response(orjson.dumps(completion), media_type="application/json")
 
-    async def _stream(self, envelope: dict[str, Any], text: str) -> AsyncIterator[bytes]:
+    async def _stream(
+        self, envelope: dict[str, Any], text: str, calls: list[dict[str, Any]]
+    ) -> AsyncIterator[bytes]:
         chunk = {**envelope, "object": "chat.completion.chunk"}
 
         def event(delta: dict[str, Any], finish: str | None = None) -> bytes:
@@ -384,8 +432,16 @@ class MarkupUpstream:
         for piece in pieces(text):
             await asyncio.sleep(self.pause)
             yield event({"content": piece})
+        for index, call in enumerate(calls):
+            function = call["function"]
+            opening = {**call, "index": index, "function": {"name": function["name"]}}
+            yield event({"tool_calls": [opening]})
+            for fragment in pieces(function["arguments"]):
+                await asyncio.sleep(self.pause)
+                entry = {"index": index, "function": {"arguments": fragment}}
+                yield event({"tool_calls": [entry]})
         await asyncio.sleep(self.pause)
-        yield event({}, "stop")
+        yield event({}, "tool_calls" if calls else "stop")
         yield b"data: [DONE]\n\n"
 
 
