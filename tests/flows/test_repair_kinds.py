@@ -475,6 +475,55 @@ CASES = [
     ),
 ]
 
+
+def written(text: str, finish: str = "stop") -> tuple[bytes, dict[str, Any]]:
+    """An answer whose content is `text` (tool-call markup, for the recogniser's kinds), the
+    stream cutting it into 9-character pieces."""
+    stream, body = answer(text)
+    pieces = [text[i : i + 9] for i in range(0, len(text), 9)]
+    stream = sse(*(chunk({"content": piece}) for piece in pieces), chunk({}, finish))
+    body["choices"][0]["finish_reason"] = finish
+    return stream, body
+
+
+def hermes(name: str = "get_weather", arguments: str = '{"city": "Paris"}') -> str:
+    return f'<tool_call>\n{{"name": "{name}", "arguments": {arguments}}}\n</tool_call>'
+
+
+CITY_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
+BROKEN_SCHEMA = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": 7}}}
+CASES += [
+    Case("text_tool_call", written("Checking. " + hermes())),
+    Case("text_tool_call_undeclared", written(hermes("drop_tables"))),
+    Case(
+        "text_tool_call_invalid_arguments",
+        written(hermes(arguments='{"city": 75}')),
+        tools=(CITY_TOOL,),
+    ),
+    Case("text_tool_call_schema_unusable", written(hermes()), tools=(BROKEN_SCHEMA,)),
+    Case("text_tool_call_unparsed", written(hermes(arguments='{"city": }'))),
+    Case("text_tool_call_in_code", written(f"For example:\n```\n{hermes()}\n```\n")),
+    Case("text_tool_call_unclosed", written(hermes()[:-14])),
+    Case("text_tool_call_truncated", written(hermes()[:-14], finish="length")),
+    Case("arguments_object_stringified", called(arguments={"city": "Paris"})),
+    Case(
+        "arguments_decoded_twice",
+        called(arguments=orjson.dumps('{"city": "Paris"}').decode()),
+        tools=(CITY_TOOL,),
+    ),
+    Case(
+        "text_tool_call_too_long",
+        written(hermes(arguments='{"city": "' + "P" * 200 + '"}')[:-14]),
+        config=(("tool_calls.max_buffered_bytes", 100),),
+    ),
+]
+
 NOBODY_LISTENS = free_port()
 CASES += [
     Case("unrepaired_encoding", answer(), request_side=True, on_response=False),
@@ -543,10 +592,11 @@ def kinds_in_code() -> set[str]:
     receipt kind the profiles know (`{kind}_captured` and the like)."""
     literal = re.compile(r'(?:count|note|_change)\(\s*"([a-z_]+)"')
     conditional = re.compile(r'count\(\s*"([a-z_]+)" if [^\n]+ else "([a-z_]+)"')
+    constant = re.compile(r'^[A-Z_]+_KIND = "([a-z_]+)"', re.M)  # kinds a function returns
     kinds: set[str] = set()
     for path in (ROOT / "proxy").rglob("*.py"):
         text = path.read_text()
-        kinds |= set(literal.findall(text))
+        kinds |= set(literal.findall(text)) | set(constant.findall(text))
         for pair in conditional.findall(text):
             kinds |= set(pair)
     kinds |= {f"{kind}_{event}" for kind in RECEIPT_KINDS for event in RECEIPT_EVENTS}

@@ -41,6 +41,8 @@ class ToolCall:
     """Delta entries merged into it: more than one means the client gets it assembled."""
     typed: bool = False
     """An entry said `"type": "function"` (Gemini and vLLM often say nothing)."""
+    stringified: bool = False
+    """An entry sent the arguments object itself, which the client gets as JSON text."""
 
     @property
     def arguments(self) -> str:
@@ -72,6 +74,7 @@ class ToolCall:
             if isinstance(arguments, dict):
                 # Some servers send the arguments object itself; the client needs the string.
                 arguments = orjson.dumps(arguments).decode()
+                self.stringified = True
             if isinstance(arguments, str) and arguments:
                 self.fragments.append(arguments)
                 added = len(arguments)

@@ -47,7 +47,7 @@ class MarkupFamily:
     """The span must begin the content (after leading whitespace): Llama's bare JSON and the
     pythonic list are otherwise ordinary text."""
 
-    def name(self, span: str, opener: str) -> str | None | _Refused:
+    def name(self, span: str, opener: str) -> str | _Refused | None:
         """The first call's name once `span` shows it whole; None while it may still come;
         REFUSED as soon as `span` cannot be this family's markup."""
         raise NotImplementedError

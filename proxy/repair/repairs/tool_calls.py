@@ -8,6 +8,7 @@ import orjson
 
 from proxy.repair.calls.arguments import ArgumentMender
 from proxy.repair.calls.assembly import AssemblyBudget, CallAssembler, ToolCall
+from proxy.repair.calls.declared import DeclaredTools
 from proxy.repair.calls.ids import generated_call_id
 from proxy.repair.calls.names import unambiguous_tool_name
 from proxy.repair.chunks import choice_index, choices_of, envelope, new_chunk, without_empty_choices
@@ -38,6 +39,8 @@ class ToolCallRepair(Repair):
         self._incremental = emit == "incremental"
         self._arguments = ArgumentMender()
         self._content = ContentPartsFlattener()
+        self._declared: DeclaredTools | None = None
+        self._declared_read = False  # most calls never need the declared tools: read lazily
         self._choices: dict[int, CallAssembler] = {}
         self._envelope: dict[str, Any] = {}
 
@@ -129,10 +132,14 @@ class ToolCallRepair(Repair):
                 self._exchange.note(
                     "arguments_unparseable", "%d call(s) passed on as received", broken
                 )
-            return
-        for call, text in zip(unsent, repaired, strict=True):
-            if text != call.arguments:
-                call.fragments = [text]
+        else:
+            for call, text in zip(unsent, repaired, strict=True):
+                if text != call.arguments:
+                    call.fragments = [text]
+        for call in unsent:
+            reshaped = self._reshaped(call.name, call.arguments)
+            if reshaped != call.arguments:
+                call.fragments = [reshaped]
 
     def _repair_message_arguments(self, calls: list[Any]) -> None:
         functions = [
@@ -140,11 +147,32 @@ class ToolCallRepair(Repair):
             for c in calls
             if isinstance(c, dict) and isinstance(c.get("function"), dict)
         ]
+        for function in functions:
+            if isinstance(function.get("arguments"), dict):
+                # Some servers put the arguments object itself where the client needs a string.
+                function["arguments"] = orjson.dumps(function["arguments"]).decode()
+                self._exchange.count("arguments_object_stringified")
         texts = [f.get("arguments") for f in functions]
         if not all(isinstance(text, str) for text in texts):
-            return  # an arguments object or garbage: passed on as received
+            return  # garbage: passed on as received
         for function, text in zip(functions, self._mended(texts) or (), strict=False):
             function["arguments"] = text
+        for function in functions:
+            function["arguments"] = self._reshaped(function.get("name"), function["arguments"])
+
+    def _reshaped(self, name: object, arguments: str) -> str:
+        """Arguments an upstream encoded once too often, decoded once where the declared tool's
+        schema wants the decoded shape (and only then: see DeclaredTools.reshaped)."""
+        if not self._declared_read:
+            self._declared_read = True
+            self._declared = DeclaredTools.of(self._exchange.request)
+        if not isinstance(name, str) or self._declared is None:
+            return arguments
+        reshaped = self._declared.reshaped(name, arguments)
+        if reshaped is None:
+            return arguments
+        self._exchange.count("arguments_decoded_twice")
+        return reshaped
 
     def _mended(self, texts: list[str]) -> list[str] | None:
         """The mender's arguments for `texts`, each change counted by what it mended."""
@@ -208,6 +236,8 @@ class ToolCallRepair(Repair):
             self._exchange.count("tool_call_index_renumbered")
         if not call.typed:
             self._exchange.count("tool_call_type_added")
+        if call.stringified:
+            self._exchange.count("arguments_object_stringified")
         if call.entries > 1 and not self._incremental:
             self._exchange.count("tool_call_fragments_assembled")
 

@@ -1,0 +1,173 @@
+"""The tools a request declared, and what their JSON schemas allow a call's arguments to be.
+
+Tool calls recognised in text are delivered only when this says yes; arguments in the wrong
+shape are reshaped only when the reshaped value validates and the received one does not.
+Validation uses jsonschema (the draft a schema names with `$schema`, else 2020-12), built
+lazily per tool, so a request whose calls all arrive as real `tool_calls` pays nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import jsonschema
+import orjson
+from jsonschema.exceptions import SchemaError
+
+# Why a call is refused, as the kind it is counted under.
+UNDECLARED_KIND = "text_tool_call_undeclared"
+INVALID_ARGUMENTS_KIND = "text_tool_call_invalid_arguments"
+SCHEMA_UNUSABLE_KIND = "text_tool_call_schema_unusable"
+
+_INTEGER = re.compile(r"[+-]?\d+")
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+class DeclaredTools:
+    """The function tools of one request that a call may name (`tool_choice` narrows them)."""
+
+    def __init__(self, schemas: Mapping[str, Any]) -> None:
+        self._schemas = dict(schemas)
+        self._validators: dict[str, Any] = {}
+
+    @classmethod
+    def of(cls, request: Mapping[str, Any]) -> DeclaredTools | None:
+        """None when the request gives no function tool a call could name: no `tools`, or
+        `tool_choice: "none"`. A named `tool_choice` leaves only that tool."""
+        choice = request.get("tool_choice")
+        if choice == "none":
+            return None
+        schemas: dict[str, Any] = {}
+        tools = request.get("tools")
+        for tool in tools if isinstance(tools, list) else ():
+            function = tool.get("function") if isinstance(tool, dict) else None
+            name = function.get("name") if isinstance(function, dict) else None
+            if isinstance(name, str) and name and name not in schemas:
+                parameters = function.get("parameters")
+                schemas[name] = parameters if parameters is not None else {"type": "object"}
+        forced = _forced_name(choice)
+        if forced is not None:
+            schemas = {forced: schemas[forced]} if forced in schemas else {}
+        return cls(schemas) if schemas else None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._schemas
+
+    def check(self, name: str, arguments: Any) -> str | None:
+        """None when `arguments` are a valid call of `name`; else why not (a refusal kind)."""
+        if name not in self._schemas:
+            return UNDECLARED_KIND
+        validator = self._validator(name)
+        if validator is None:
+            return SCHEMA_UNUSABLE_KIND
+        return None if validator.is_valid(arguments) else INVALID_ARGUMENTS_KIND
+
+    def typed(self, name: str, strings: Mapping[str, str]) -> dict[str, Any]:
+        """Argument values a family wrote as bare text, converted by the types the schema gives
+        each property. A value that does not read as its type stays a string (validation then
+        refuses it); a property the schema does not type stays a string."""
+        properties = _properties(self._schemas.get(name))
+        return {key: _as_type(value, properties.get(key)) for key, value in strings.items()}
+
+    def reshaped(self, name: str, arguments: str) -> str | None:
+        """Arguments an upstream encoded once too often, decoded once, when the schema wants
+        the decoded shape: the whole object sent as a JSON string, or a property that should be
+        an object or array sent as its JSON text. None when nothing needs (or may) change."""
+        if name not in self._schemas:
+            return None
+        try:
+            value = orjson.loads(arguments)
+        except orjson.JSONDecodeError:
+            return None
+        if isinstance(value, str):
+            inner = _decoded(value)
+            if isinstance(inner, dict) and self.check(name, inner) is None:
+                return orjson.dumps(inner).decode()
+            return None
+        if not isinstance(value, dict) or self.check(name, value) != INVALID_ARGUMENTS_KIND:
+            return None
+        properties = _properties(self._schemas[name])
+        fixed = dict(value)
+        for key, item in value.items():
+            wanted = _types(properties.get(key))
+            if isinstance(item, str) and wanted & {"object", "array"}:
+                inner = _decoded(item)
+                if (isinstance(inner, dict) and "object" in wanted) or (
+                    isinstance(inner, list) and "array" in wanted
+                ):
+                    fixed[key] = inner
+        if fixed != value and self.check(name, fixed) is None:
+            return orjson.dumps(fixed).decode()
+        return None
+
+    def _validator(self, name: str) -> Any:
+        if name not in self._validators:
+            schema = self._schemas[name]
+            try:
+                cls = jsonschema.validators.validator_for(
+                    schema, default=jsonschema.Draft202012Validator
+                )
+                cls.check_schema(schema)
+                self._validators[name] = cls(schema)
+            except (SchemaError, TypeError, ValueError):
+                self._validators[name] = None
+        return self._validators[name]
+
+
+def _forced_name(choice: Any) -> str | None:
+    if isinstance(choice, dict) and isinstance(choice.get("function"), dict):
+        name = choice["function"].get("name")
+        return name if isinstance(name, str) else None
+    return None
+
+
+def _properties(schema: Any) -> Mapping[str, Any]:
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    return properties if isinstance(properties, dict) else {}
+
+
+def _types(schema: Any) -> set[str]:
+    """The types a property schema names, directly or through one level of anyOf/oneOf."""
+    if not isinstance(schema, dict):
+        return set()
+    named = schema.get("type")
+    types = {named} if isinstance(named, str) else set(t for t in named or () if isinstance(t, str))
+    for key in ("anyOf", "oneOf"):
+        for option in schema.get(key) or ():
+            if isinstance(option, dict) and isinstance(option.get("type"), str):
+                types.add(option["type"])
+    return types
+
+
+def _decoded(text: str) -> Any:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _as_type(text: str, schema: Any) -> Any:
+    """`text` read as the first of the property's types it reads as; else the text itself."""
+    types = _types(schema)
+    if not types or "string" in types:
+        return text
+    stripped = text.strip()
+    for kind in ("integer", "number", "boolean", "null", "object", "array"):
+        if kind not in types:
+            continue
+        if kind == "integer" and _INTEGER.fullmatch(stripped):
+            return int(stripped)
+        if kind == "number" and _NUMBER.fullmatch(stripped):
+            number = float(stripped)
+            return int(number) if _INTEGER.fullmatch(stripped) else number
+        if kind == "boolean" and stripped in ("true", "false"):
+            return stripped == "true"
+        if kind == "null" and stripped == "null":
+            return None
+        if kind in ("object", "array"):
+            value = _decoded(stripped)
+            if isinstance(value, dict if kind == "object" else list):
+                return value
+    return text

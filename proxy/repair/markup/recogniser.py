@@ -1,0 +1,296 @@
+"""Tool-call markup in one choice's content text, recognised while it streams.
+
+Fed the content piece by piece, the recogniser gives back the text to send now and the calls
+it recognised. It holds back only what could still be markup: a partial opener at the end of
+a piece (a few dozen characters), a span whose call name has not shown yet (at most
+`NAME_WITHIN` characters), and a span that names a declared tool until it closes. Plain text
+with none of the openers' first characters goes straight through, untouched.
+
+A span becomes calls only when every call in it names a declared tool and its arguments
+validate against that tool's schema; otherwise the span goes out as text, exactly as received,
+and the refusal is counted. Openers inside a fenced code block are text. A span still open when
+the upstream stops for length goes out as text: a cut-off call is never made to look whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import orjson
+
+from proxy.repair.calls.declared import UNDECLARED_KIND, DeclaredTools
+from proxy.repair.markup.spans import REFUSED, MarkupFamily, ParsedCall
+
+Count = Callable[[str, int], None]
+
+NAME_WITHIN = 256
+"""Characters after an opener within which a call's name must show, or the span is text: a
+tag mentioned in prose is released after this much at worst (every family names its call
+in its first few dozen characters)."""
+
+FENCE = "```"
+
+
+@dataclass(frozen=True, slots=True)
+class RecognisedCall:
+    name: str
+    arguments: str
+    """The arguments as JSON text, as the client receives them."""
+    id: str | None
+    family: str
+
+
+@dataclass(slots=True)
+class _Span:
+    text: str
+    candidates: list[tuple[MarkupFamily, str]]
+    """The families whose opener began the span and that have not refused it yet."""
+    opener: int = 0
+    """Characters of the opener that a released span sends before scanning again: the marker
+    found mid-text; none for a span that only began the content (see `_release_opener`)."""
+    chosen: tuple[MarkupFamily, str] | None = None
+
+
+class CallRecogniser:
+    def __init__(
+        self,
+        families: Sequence[MarkupFamily],
+        tools: DeclaredTools,
+        count: Count,
+        max_span_chars: int,
+    ) -> None:
+        self._tools = tools
+        self._count = count
+        self._max_span = max_span_chars
+        self._anywhere = [(f, o) for f in families for o in f.openers if not f.at_start_only]
+        self._at_start = [(f, o) for f in families for o in f.openers if f.at_start_only]
+        openers = sorted({o for _, o in self._anywhere}, key=len, reverse=True)
+        self._openers = openers
+        self._markers = [*openers, FENCE]
+        self._start_markers = sorted({o for _, o in self._at_start}, key=len, reverse=True)
+        self._markers_at_start = [*self._start_markers, *openers]
+        self._first_chars = frozenset(marker[0] for marker in self._markers)
+        self._opener_chars = frozenset(opener[0] for opener in openers)
+        self._longest = max(len(m) for m in [*self._markers, *self._start_markers])
+        self._pending = ""
+        self._span: _Span | None = None
+        self._at_start_of_content = True
+        self._in_fence = False
+        self._ticks = 0
+        """Backticks that ended the text sent so far: a fence may be split across pieces, and
+        holding a lone backtick back would delay every inline `code` span."""
+        self._after_call = False
+        self.recognised = 0
+
+    def feed(self, text: str) -> tuple[str, list[RecognisedCall]]:
+        """The text to send now (`text` itself when nothing was held or changed), and the calls
+        recognised by this piece."""
+        if (
+            self._span is None
+            and not self._pending
+            and not self._at_start_of_content
+            and not self._after_call
+            and not self._ticks
+            and not any(char in text for char in self._first_chars)
+        ):
+            return text, []  # the fast path: no opener, fence or partial one can be in here
+        return self._run(text, final=False, truncated=False)
+
+    def finish(self, truncated: bool) -> tuple[str, list[RecognisedCall]]:
+        """The content ended (`truncated`: by the length limit): release everything held."""
+        return self._run("", final=True, truncated=truncated)
+
+    def _run(self, text: str, final: bool, truncated: bool) -> tuple[str, list[RecognisedCall]]:
+        out: list[str] = []
+        calls: list[RecognisedCall] = []
+        if self._span is not None:
+            self._span.text += text
+            self._grow(out, calls, final, truncated)
+        else:
+            self._pending += text
+        while self._span is None and self._pending:
+            pending, self._pending = self._pending, ""
+            self._scan(pending, out, final)
+            if self._span is not None:
+                self._grow(out, calls, final, truncated)
+            elif self._pending == pending:
+                break  # all of it held: wait for the next piece
+        return "".join(out), calls
+
+    # ── text outside spans ───────────────────────────────────────────────────────────────
+
+    def _scan(self, text: str, out: list[str], final: bool) -> None:
+        """Send `text` on up to the next opener (then open a span there) or a held tail."""
+        if self._after_call:
+            stripped = text.lstrip()
+            if not stripped and not final:
+                self._pending = text  # after a call: dropped if a call or the end follows
+                return
+            self._after_call = False
+            text = stripped
+        position = 0
+        if self._at_start_of_content:
+            lead = len(text) - len(text.lstrip())
+            if lead == len(text):
+                out.append(text)  # only whitespace so far: the start may still come
+                return
+            start = self._start_opener(text, lead, final)
+            if start is None:
+                self._pending = text  # a prefix of a start-only opener: wait for more
+                return
+            self._at_start_of_content = False
+            if start:
+                out.append(text[:lead])
+                self._span = _Span(text[lead:], start)
+                return
+        leading = len(text) - len(text.lstrip("`"))
+        if self._ticks and leading < len(FENCE) <= self._ticks + leading:
+            self._in_fence = not self._in_fence  # a fence split between two pieces
+            self._ticks = 0
+            position = leading
+            out.append(text[:leading])
+        while True:
+            found = self._next_marker(text, position)
+            if found is None:
+                break
+            index, marker = found
+            if marker == FENCE:
+                self._in_fence = not self._in_fence
+                self._ticks = 0
+                out.append(text[position : index + len(FENCE)])
+                position = index + len(FENCE)
+                continue
+            if self._in_fence:
+                self._count("text_tool_call_in_code", 1)
+                out.append(text[position : index + len(marker)])
+                position = index + len(marker)
+                continue
+            out.append(text[position:index])
+            candidates = [(f, o) for f, o in self._anywhere if text.startswith(o, index)]
+            self._span = _Span(text[index:], candidates, opener=len(marker))
+            return
+        held = 0 if final else self._partial_tail(text, position)
+        sent = text[position : len(text) - held]
+        out.append(sent)
+        self._pending = text[len(text) - held :]
+        if not held:
+            trailing = len(sent) - len(sent.rstrip("`"))
+            self._ticks = self._ticks + trailing if trailing == len(sent) else trailing
+
+    def _start_opener(
+        self, text: str, lead: int, final: bool
+    ) -> list[tuple[MarkupFamily, str]] | None:
+        """At the start of the content: the start-only families whose opener begins `text`
+        after its whitespace; [] when none can; None while the text is a prefix of one."""
+        rest = text[lead:]
+        matched = [(f, o) for f, o in self._at_start if rest.startswith(o)]
+        if not final and any(o.startswith(rest) and o != rest for o in self._markers_at_start):
+            return None  # a longer opener may still be coming (`[TOOL_CALLS]` after `[`)
+        return matched
+
+    def _next_marker(self, text: str, position: int) -> tuple[int, str] | None:
+        best: tuple[int, str] | None = None
+        for marker in self._markers:
+            index = text.find(marker, position)
+            if index >= 0 and (best is None or index < best[0]):
+                best = (index, marker)  # longest first: a tie keeps the longer marker
+        return best
+
+    def _partial_tail(self, text: str, position: int) -> int:
+        """Length of the longest tail of `text[position:]` that begins some marker."""
+        start = max(position, len(text) - self._longest + 1)
+        for index in range(start, len(text)):
+            if text[index] in self._opener_chars:
+                tail = text[index:]
+                if any(opener.startswith(tail) for opener in self._openers):
+                    return len(text) - index
+        return 0
+
+    # ── spans ────────────────────────────────────────────────────────────────────────────
+
+    def _grow(
+        self, out: list[str], calls: list[RecognisedCall], final: bool, truncated: bool
+    ) -> None:
+        span = self._span
+        assert span is not None
+        if span.chosen is None and not self._choose(span):
+            if span.candidates and not final and len(span.text) <= NAME_WITHIN:
+                return  # the name may still come
+            if span.candidates and truncated:
+                self._count("text_tool_call_truncated", 1)
+            self._release_opener(span, out)
+            return
+        family, opener = span.chosen  # type: ignore[misc]
+        end = None if truncated else family.end(span.text, opener, final)
+        if end is None:
+            if truncated or final:
+                if truncated:
+                    self._count("text_tool_call_truncated", 1)
+                else:
+                    self._count("text_tool_call_unclosed", 1)
+                self._release(span, len(span.text), out)
+            elif len(span.text) > self._max_span:
+                self._count("text_tool_call_too_long", 1)
+                self._release(span, len(span.text), out)
+            return
+        parsed = family.calls(span.text[:end], opener)
+        accepted = self._accepted(parsed, family.family) if parsed is not None else None
+        if parsed is None:
+            self._count("text_tool_call_unparsed", 1)
+        if accepted is None:
+            self._release(span, end, out)
+            return
+        calls.extend(accepted)
+        self._count("text_tool_call", len(accepted))
+        self.recognised += len(accepted)
+        self._span = None
+        self._after_call = True
+        self._pending = span.text[end:] + self._pending
+
+    def _choose(self, span: _Span) -> bool:
+        """Ask each candidate family for the span's first name; True once one has named a
+        declared tool. A name the request did not declare refuses the span for every family."""
+        for candidate in list(span.candidates):
+            family, opener = candidate
+            name = family.name(span.text, opener)
+            if name is REFUSED:
+                span.candidates.remove(candidate)
+            elif isinstance(name, str):
+                if name not in self._tools:
+                    self._count(UNDECLARED_KIND, 1)
+                    span.candidates.clear()
+                    return False
+                span.chosen = candidate
+                return True
+        return False
+
+    def _accepted(self, parsed: list[ParsedCall], family: str) -> list[RecognisedCall] | None:
+        """Every call of the span, checked; None (the span stays text) if any is refused."""
+        accepted = []
+        for call in parsed:
+            arguments = call.arguments
+            if call.strings and isinstance(arguments, dict):
+                arguments = self._tools.typed(call.name, arguments)
+            refusal = self._tools.check(call.name, arguments)
+            if refusal is not None:
+                self._count(refusal, 1)
+                return None
+            text = orjson.dumps(arguments).decode()
+            accepted.append(RecognisedCall(call.name, text, call.id, family))
+        return accepted or None
+
+    def _release_opener(self, span: _Span, out: list[str]) -> None:
+        """Not markup after all: the opener goes out as text, and what followed it is scanned
+        again (it may hold a real opener). A span opened only because it began the content is
+        scanned again whole, as ordinary text (`[TOOL_CALLS]` refused as a pythonic list is
+        still Mistral's opener)."""
+        self._span = None
+        out.append(span.text[: span.opener])
+        self._pending = span.text[span.opener :] + self._pending
+
+    def _release(self, span: _Span, end: int, out: list[str]) -> None:
+        """A refused span goes out exactly as received; scanning goes on after it."""
+        self._span = None
+        out.append(span.text[:end])
+        self._pending = span.text[end:] + self._pending

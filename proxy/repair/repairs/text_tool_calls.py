@@ -1,0 +1,160 @@
+"""Tool calls that the upstream wrote as content, delivered as tool calls."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from proxy.repair.calls.declared import DeclaredTools
+from proxy.repair.calls.ids import generated_call_id
+from proxy.repair.chunks import choice_index, choices_of, envelope, new_chunk, without_empty_choices
+from proxy.repair.exchange import Exchange
+from proxy.repair.markup.recogniser import CallRecogniser, RecognisedCall
+from proxy.repair.markup.spans import MarkupFamily
+from proxy.repair.pipeline import Chunk, Repair
+
+
+class TextToolCallRepair(Repair):
+    """vLLM, llama.cpp, Ollama, LM Studio and MLX servers whose tool parser is missing, wrong
+    for the model, or beaten by a small formatting slip send the model's own tool-call markup
+    (`<tool_call>{…}</tool_call>`, Kimi's and DeepSeek's special tokens, Mistral's
+    `[TOOL_CALLS]`, harmony's `to=functions.NAME`, …) as `content`. opencode, Open WebUI, Cline
+    and the SDKs then show the markup and stop. This repair recognises the markup while it
+    streams (proxy/repair/markup/) and hands the calls on as `tool_calls` entries with an id,
+    so ToolCallRepair emits them like any other call and FinishReasonRepair says `tool_calls`.
+
+    Only for a request that declared tools (and not `tool_choice: "none"`), only names it
+    declared, only arguments that validate against the tool's schema; anything else stays
+    text, as received, counted. Text around the calls stays content, in order.
+    """
+
+    def __init__(
+        self, exchange: Exchange, families: Sequence[MarkupFamily], max_span_chars: int
+    ) -> None:
+        self._exchange = exchange
+        self._families = families
+        self._max_span = max_span_chars
+        tools = DeclaredTools.of(exchange.request) if exchange.markup.tool_calls else None
+        self._tools = tools if families else None
+        self._choices: dict[int, CallRecogniser] = {}
+        self._finished: set[int] = set()
+        self._envelope: dict[str, Any] = {}
+
+    def wants_chunks(self) -> bool:
+        return self._tools is not None
+
+    def on_chunk(self, chunk: Chunk) -> list[Chunk] | None:
+        changed = False
+        for choice in choices_of(chunk):
+            delta = choice.get("delta")
+            if not isinstance(delta, dict):
+                continue
+            index = choice_index(choice)
+            recogniser = self._recogniser(index)
+            content = delta.get("content")
+            text, calls = content, []
+            if type(content) is str and content and index not in self._finished:
+                text, calls = recogniser.feed(content)
+            finish = choice.get("finish_reason")
+            if finish and index not in self._finished:
+                self._finished.add(index)
+                rest, more = recogniser.finish(truncated=finish == "length")
+                if rest or more:
+                    text, calls = (text or "") + rest, calls + more
+            if text == content and not calls:
+                continue
+            changed = True
+            self._envelope = envelope(chunk)
+            self._place(delta, content, text, calls, index)
+        if not changed:
+            return None
+        return without_empty_choices(chunk)
+
+    async def on_end(self) -> list[Chunk]:
+        closing = []
+        for index, recogniser in self._choices.items():
+            if index in self._finished:
+                continue
+            self._finished.add(index)
+            text, calls = recogniser.finish(truncated=False)
+            delta: dict[str, Any] = {}
+            self._place(delta, None, text, calls, index)
+            if delta:
+                closing.append(new_chunk(self._envelope, {"index": index, "delta": delta}))
+        return closing
+
+    async def on_response(self, body: dict[str, Any]) -> bool:
+        if self._tools is None:
+            return False
+        changed = False
+        self._envelope = envelope(body)
+        for choice in choices_of(body):
+            message = choice.get("message")
+            content = message.get("content") if isinstance(message, dict) else None
+            if type(content) is not str or not content:
+                continue
+            index = choice_index(choice)
+            recogniser = self._recogniser(index)
+            text, calls = recogniser.feed(content)
+            rest, more = recogniser.finish(truncated=choice.get("finish_reason") == "length")
+            text, calls = text + rest, calls + more
+            if not calls:
+                continue  # refused spans went out exactly as received: nothing changed
+            message["content"] = text or None
+            existing = message.get("tool_calls")
+            known = existing if isinstance(existing, list) else []
+            entries = self._entries(index, calls, len(known))
+            for entry in entries:
+                del entry["index"]  # a message's calls are a list: no index, as OpenAI's
+            message["tool_calls"] = known + entries
+            changed = True
+        return changed
+
+    def _recogniser(self, index: int) -> CallRecogniser:
+        recogniser = self._choices.get(index)
+        if recogniser is None:
+            assert self._tools is not None
+            recogniser = self._choices[index] = CallRecogniser(
+                self._families, self._tools, self._exchange.count, self._max_span
+            )
+        return recogniser
+
+    def _place(
+        self,
+        delta: dict[str, Any],
+        content: object,
+        text: object,
+        calls: list[RecognisedCall],
+        index: int,
+    ) -> None:
+        """Write a piece's text and calls into `delta`; content that became empty goes."""
+        if text:
+            delta["content"] = text
+        elif type(content) is str and content:
+            delta.pop("content", None)
+        if calls:
+            entries = delta.get("tool_calls")
+            known = entries if isinstance(entries, list) else []
+            recogniser = self._choices[index]
+            first = recogniser.recognised - len(calls)
+            delta["tool_calls"] = known + self._entries(index, calls, first)
+
+    def _entries(self, choice: int, calls: list[RecognisedCall], first: int) -> list[dict]:
+        """Calls as delta (or message) entries: whole, with an index, a type and an id (the
+        model's own where it wrote one; else derived, so a replayed exchange gets the same)."""
+        messages = self._exchange.request.get("messages")
+        turn = len(messages) if isinstance(messages, list) else 0
+        entries = []
+        for position, call in enumerate(calls, start=first):
+            call_id = call.id or generated_call_id(
+                self._envelope.get("id"), turn, choice, "text", position, call.name, call.arguments
+            )
+            entries.append(
+                {
+                    "index": position,
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments},
+                }
+            )
+        return entries

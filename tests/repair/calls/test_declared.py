@@ -1,0 +1,103 @@
+"""DeclaredTools (proxy/repair/calls/declared.py): which calls the request allows, what their
+schemas accept, bare values read by type, and arguments decoded once only where that is what
+makes them valid."""
+
+from __future__ import annotations
+
+import orjson
+
+from proxy.repair.calls.declared import (
+    INVALID_ARGUMENTS_KIND,
+    SCHEMA_UNUSABLE_KIND,
+    UNDECLARED_KIND,
+    DeclaredTools,
+)
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "path": {"type": "string"},
+        "lines": {"type": "integer"},
+        "ratio": {"type": "number"},
+        "force": {"type": "boolean"},
+        "options": {"type": "object", "properties": {"mode": {"type": "string"}}},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "note": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+    },
+    "required": ["path"],
+    "additionalProperties": False,
+}
+
+
+def tools(schema=SCHEMA) -> DeclaredTools:
+    declared = DeclaredTools.of(
+        {"tools": [{"type": "function", "function": {"name": "edit", "parameters": schema}}]}
+    )
+    assert declared is not None
+    return declared
+
+
+def test_check_says_why_a_call_is_refused() -> None:
+    assert tools().check("edit", {"path": "a"}) is None
+    assert tools().check("delete", {"path": "a"}) == UNDECLARED_KIND
+    assert tools().check("edit", {"path": 1}) == INVALID_ARGUMENTS_KIND
+    assert tools().check("edit", {"path": "a", "extra": 1}) == INVALID_ARGUMENTS_KIND
+    assert tools({"type": 7}).check("edit", {}) == SCHEMA_UNUSABLE_KIND
+
+
+def test_a_tool_without_parameters_takes_any_object() -> None:
+    declared = DeclaredTools.of({"tools": [{"type": "function", "function": {"name": "now"}}]})
+    assert declared is not None and declared.check("now", {}) is None
+    assert declared.check("now", "text") == INVALID_ARGUMENTS_KIND
+
+
+def test_bare_values_are_read_by_the_type_the_schema_gives() -> None:
+    typed = tools().typed(
+        "edit",
+        {
+            "path": "42",
+            "lines": "12",
+            "ratio": "0.5",
+            "force": "true",
+            "options": '{"mode": "w"}',
+            "tags": '["a", "b"]',
+            "note": "null",
+        },
+    )
+    assert typed == {
+        "path": "42",  # a string stays a string, digits or not
+        "lines": 12,
+        "ratio": 0.5,
+        "force": True,
+        "options": {"mode": "w"},
+        "tags": ["a", "b"],
+        "note": "null",  # string is one of its types: never guessed into None
+    }
+    assert tools().check("edit", typed) is None
+
+
+def test_a_bare_value_that_is_not_its_type_stays_text_and_fails() -> None:
+    typed = tools().typed("edit", {"path": "a", "lines": "twelve", "force": "yes"})
+    assert typed == {"path": "a", "lines": "twelve", "force": "yes"}
+    assert tools().check("edit", typed) == INVALID_ARGUMENTS_KIND
+
+
+def test_arguments_encoded_twice_are_decoded_once() -> None:
+    inner = '{"path": "a.txt", "lines": 3}'
+    fixed = tools().reshaped("edit", orjson.dumps(inner).decode())
+    assert fixed is not None and orjson.loads(fixed) == {"path": "a.txt", "lines": 3}
+
+
+def test_a_property_encoded_as_text_is_decoded_when_its_schema_wants_the_object() -> None:
+    sent = orjson.dumps({"path": "a", "options": '{"mode": "w"}', "tags": '["x"]'}).decode()
+    fixed = tools().reshaped("edit", sent)
+    assert fixed is not None
+    assert orjson.loads(fixed) == {"path": "a", "options": {"mode": "w"}, "tags": ["x"]}
+
+
+def test_nothing_is_reshaped_that_is_valid_or_would_stay_invalid() -> None:
+    assert tools().reshaped("edit", '{"path": "{\\"a\\": 1}"}') is None  # a string is due
+    assert tools().reshaped("edit", '{"path": 1, "options": "{\\"mode\\": \\"w\\"}"}') is None
+    assert tools().reshaped("edit", orjson.dumps('{"path": 5}').decode()) is None
+    assert tools().reshaped("edit", "not json") is None
+    assert tools().reshaped("other", orjson.dumps('{"path": "a"}').decode()) is None
