@@ -15,7 +15,7 @@ the upstream stops for length goes out as text: a cut-off call is never made to 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import orjson
 
@@ -30,6 +30,11 @@ tag mentioned in prose is released after this much at worst (every family names 
 in its first few dozen characters)."""
 
 FENCE = "```"
+ENDINGS = ">}])"
+"""The characters every family's markup ends with (a closing tag, `<|call|>`, `}`, `]`)."""
+SMALL_SPAN = 4096
+MAX_HELD_WHITESPACE = 256
+"""Whitespace after a call is held (and dropped if another call or the end follows) up to this."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,18 +43,50 @@ class RecognisedCall:
     arguments: str
     """The arguments as JSON text, as the client receives them."""
     id: str | None
-    family: str
+    family: MarkupFamily
 
 
 @dataclass(slots=True)
 class _Span:
-    text: str
+    """Markup being held. Pieces are kept in a list and joined only when a family is asked,
+    so a span that arrives a byte at a time costs linear time, not quadratic."""
+
+    first: str
     candidates: list[tuple[MarkupFamily, str]]
     """The families whose opener began the span and that have not refused it yet."""
     opener: int = 0
     """Characters of the opener that a released span sends before scanning again: the marker
     found mid-text; none for a span that only began the content (see `_release_opener`)."""
     chosen: tuple[MarkupFamily, str] | None = None
+    parts: list[str] = field(default_factory=list)
+    size: int = 0
+    next_check: int = 0
+    """The size at which the span's end is looked for again regardless of what arrived."""
+
+    def __post_init__(self) -> None:
+        self.parts = [self.first]
+        self.size = len(self.first)
+
+    def add(self, text: str) -> None:
+        self.parts.append(text)
+        self.size += len(text)
+
+    @property
+    def text(self) -> str:
+        if len(self.parts) > 1:
+            self.parts = ["".join(self.parts)]
+        return self.parts[0]
+
+    def worth_checking(self, piece: str) -> bool:
+        """Whether to ask the family for the span's end now. Every family's markup ends in
+        one of `ENDINGS`, so a piece without one cannot have closed a small span; past
+        `SMALL_SPAN` the end is looked for as the span grows by an eighth, so an upstream
+        feeding a huge span in tiny pieces costs linear work (the end is still found: at the
+        latest when the answer finishes)."""
+        if self.size >= self.next_check:
+            self.next_check = self.size + max(SMALL_SPAN, self.size // 8)
+            return True
+        return self.size <= SMALL_SPAN and any(char in piece for char in ENDINGS)
 
 
 class CallRecogniser:
@@ -105,8 +142,15 @@ class CallRecogniser:
         out: list[str] = []
         calls: list[RecognisedCall] = []
         if self._span is not None:
-            self._span.text += text
-            self._grow(out, calls, final, truncated)
+            span = self._span
+            span.add(text)
+            if (
+                final
+                or span.chosen is None
+                or span.worth_checking(text)
+                or span.size > self._max_span
+            ):
+                self._grow(out, calls, final, truncated)
         else:
             self._pending += text
         while self._span is None and self._pending:
@@ -124,7 +168,7 @@ class CallRecogniser:
         """Send `text` on up to the next opener (then open a span there) or a held tail."""
         if self._after_call:
             stripped = text.lstrip()
-            if not stripped and not final:
+            if not stripped and not final and len(text) <= MAX_HELD_WHITESPACE:
                 self._pending = text  # after a call: dropped if a call or the end follows
                 return
             self._after_call = False
@@ -150,8 +194,9 @@ class CallRecogniser:
             self._ticks = 0
             position = leading
             out.append(text[:leading])
+        found_at: dict[str, int] = {}
         while True:
-            found = self._next_marker(text, position)
+            found = self._next_marker(text, position, found_at)
             if found is None:
                 break
             index, marker = found
@@ -189,10 +234,17 @@ class CallRecogniser:
             return None  # a longer opener may still be coming (`[TOOL_CALLS]` after `[`)
         return matched
 
-    def _next_marker(self, text: str, position: int) -> tuple[int, str] | None:
+    def _next_marker(
+        self, text: str, position: int, found_at: dict[str, int]
+    ) -> tuple[int, str] | None:
+        """The earliest marker at or after `position`. Each marker's last find is kept in
+        `found_at` and searched again only once passed, so text full of fences costs one pass
+        per marker, not one per fence."""
         best: tuple[int, str] | None = None
         for marker in self._markers:
-            index = text.find(marker, position)
+            index = found_at.get(marker)
+            if index is None or 0 <= index < position:
+                index = found_at[marker] = text.find(marker, position)
             if index >= 0 and (best is None or index < best[0]):
                 best = (index, marker)  # longest first: a tie keeps the longer marker
         return best
@@ -215,7 +267,7 @@ class CallRecogniser:
         span = self._span
         assert span is not None
         if span.chosen is None and not self._choose(span):
-            if span.candidates and not final and len(span.text) <= NAME_WITHIN:
+            if span.candidates and not final and span.size <= NAME_WITHIN:
                 return  # the name may still come
             if span.candidates and truncated:
                 self._count("text_tool_call_truncated", 1)
@@ -230,12 +282,12 @@ class CallRecogniser:
                 else:
                     self._count("text_tool_call_unclosed", 1)
                 self._release(span, len(span.text), out)
-            elif len(span.text) > self._max_span:
+            elif span.size > self._max_span:
                 self._count("text_tool_call_too_long", 1)
                 self._release(span, len(span.text), out)
             return
         parsed = family.calls(span.text[:end], opener)
-        accepted = self._accepted(parsed, family.family) if parsed is not None else None
+        accepted = self._accepted(parsed, family) if parsed is not None else None
         if parsed is None:
             self._count("text_tool_call_unparsed", 1)
         if accepted is None:
@@ -265,7 +317,9 @@ class CallRecogniser:
                 return True
         return False
 
-    def _accepted(self, parsed: list[ParsedCall], family: str) -> list[RecognisedCall] | None:
+    def _accepted(
+        self, parsed: list[ParsedCall], family: MarkupFamily
+    ) -> list[RecognisedCall] | None:
         """Every call of the span, checked; None (the span stays text) if any is refused."""
         accepted = []
         for call in parsed:

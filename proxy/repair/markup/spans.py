@@ -47,6 +47,11 @@ class MarkupFamily:
     """The span must begin the content (after leading whitespace): Llama's bare JSON and the
     pythonic list are otherwise ordinary text."""
 
+    def call_id(self, digest: str) -> str:
+        """The id for a call the model wrote none for, from a hex `digest` of the exchange:
+        `call_<24 hex>`, unless the family's server holds ids to a shape of its own."""
+        return f"call_{digest[:24]}"
+
     def name(self, span: str, opener: str) -> str | _Refused | None:
         """The first call's name once `span` shows it whole; None while it may still come;
         REFUSED as soon as `span` cannot be this family's markup."""

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from proxy.repair.calls.declared import DeclaredTools
-from proxy.repair.calls.ids import generated_call_id
+from proxy.repair.calls.ids import id_digest
 from proxy.repair.chunks import choice_index, choices_of, envelope, new_chunk, without_empty_choices
 from proxy.repair.exchange import Exchange
 from proxy.repair.markup.recogniser import CallRecogniser, RecognisedCall
@@ -146,8 +146,10 @@ class TextToolCallRepair(Repair):
         turn = len(messages) if isinstance(messages, list) else 0
         entries = []
         for position, call in enumerate(calls, start=first):
-            call_id = call.id or generated_call_id(
-                self._envelope.get("id"), turn, choice, "text", position, call.name, call.arguments
+            call_id = call.id or call.family.call_id(
+                id_digest(
+                    self._envelope.get("id"), turn, choice, position, call.name, call.arguments
+                )
             )
             entries.append(
                 {

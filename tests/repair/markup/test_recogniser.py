@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import orjson
 import pytest
 
 from proxy.repair.calls.declared import DeclaredTools
@@ -24,6 +25,10 @@ WEATHER = {
 }
 REQUEST = {"messages": [], "tools": [WEATHER]}
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+
+
+def uncounted(kind: str, amount: int) -> None:
+    """A `count` for tests that read no counts."""
 
 
 def recognise(pieces, request=REQUEST, truncated=False, max_span=100_000):
@@ -68,8 +73,7 @@ def test_two_calls_in_a_row_leave_no_whitespace_between_them() -> None:
 
 
 def test_plain_text_streams_through_untouched_and_unheld() -> None:
-    counts: Counter[str] = Counter()
-    recogniser = CallRecogniser(FAMILIES, DeclaredTools.of(REQUEST), counts.update, 1000)
+    recogniser = CallRecogniser(FAMILIES, DeclaredTools.of(REQUEST), uncounted, 1000)
     pieces = ["Hello", ", world", "! 1 < 2 and a [link]", "(x) and `code`", " end."]
     for piece in pieces:
         text, calls = recogniser.feed(piece)
@@ -78,16 +82,17 @@ def test_plain_text_streams_through_untouched_and_unheld() -> None:
 
 
 def test_only_a_partial_opener_is_held() -> None:
-    recogniser = CallRecogniser(FAMILIES, DeclaredTools.of(REQUEST), Counter().update, 1000)
+    recogniser = CallRecogniser(FAMILIES, DeclaredTools.of(REQUEST), uncounted, 1000)
     assert recogniser.feed("Hi ") == ("Hi ", [])
     assert recogniser.feed("there <tool_") == ("there ", [])
     assert recogniser.feed("box> here") == ("<tool_box> here", [])
 
 
 def test_a_mentioned_tag_is_released_within_the_name_bound() -> None:
-    recogniser = CallRecogniser(FAMILIES, DeclaredTools.of(REQUEST), Counter().update, 10**6)
+    recogniser = CallRecogniser(FAMILIES, DeclaredTools.of(REQUEST), uncounted, 10**6)
     assert recogniser.feed("write <tool_call>") == ("write ", [])
-    assert recogniser.feed(" then") == ("<tool_call> then", [])  # not `{`: refused at once
+    assert recogniser.feed(" then") == ("", [])  # GLM's `<tool_call>NAME\n<arg_key>` still may
+    assert recogniser.feed(" I") == ("<tool_call> then I", [])  # no family's: released
     recogniser.feed("<tool_call>{")
     text, _ = recogniser.feed("x" * NAME_WITHIN)
     assert text.startswith("<tool_call>{x")  # no name within the bound: text
@@ -169,3 +174,42 @@ def test_a_second_block_after_text_is_recognised_too() -> None:
     texts, calls, _ = recognise([f"a {CALL} b <tool_call>no</tool_call> c {CALL}"])
     assert len(calls) == 2
     assert "".join(texts) == "a b <tool_call>no</tool_call> c "
+
+
+# ── a hostile upstream costs its own exchange linear work ─────────────────────
+
+
+def test_a_huge_span_in_tiny_pieces_is_asked_for_its_end_rarely() -> None:
+    from proxy.repair.markup import families
+
+    asked = []
+
+    class Counting(families.Hermes):
+        def end(self, span: str, opener: str, final: bool) -> int | None:
+            asked.append(len(span))
+            return super().end(span, opener, final)
+
+    tools = DeclaredTools.of(REQUEST)
+    recogniser = CallRecogniser([Counting()], tools, uncounted, 10**7)
+    recogniser.feed('<tool_call>{"name": "get_weather", "arguments": {"city": "')
+    for _ in range(200_000):
+        recogniser.feed("x")
+    recogniser.feed('"}}</tool_call>')
+    _, calls = recogniser.finish(False)
+    assert len(calls) == 1 and len(orjson.loads(calls[0].arguments)["city"]) == 200_000
+    assert len(asked) < 200  # one look per eighth of growth, not one per piece
+    assert sum(asked) < 20 * 200_000
+
+
+def test_text_full_of_fences_and_partial_openers_passes_whole() -> None:
+    text = "```" * 20_000 + "<tool" * 2_000 + "[" * 10_000
+    texts, calls, _ = recognise([text[i : i + 997] for i in range(0, len(text), 997)])
+    assert "".join(texts) == text and calls == []
+
+
+def test_whitespace_after_a_call_is_dropped_without_holding_more_than_its_bound() -> None:
+    recogniser = CallRecogniser(FAMILIES, DeclaredTools.of(REQUEST), uncounted, 1000)
+    recogniser.feed(CALL)
+    assert recogniser.feed("\n" * 10) == ("", [])
+    assert recogniser.feed("\n" * 300) == ("", [])  # past the bound: dropped, not held
+    assert recogniser.feed("Done.") == ("Done.", [])  # nothing held in front of it

@@ -1,0 +1,168 @@
+"""Every family's markup through the recogniser and the whole chain, streamed with the markup
+cut at every boundary, and non-streamed: the calls come out whole and valid, the text around
+them stays content, in order, and the markup is gone."""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+import pytest
+
+from proxy.repair.exchange import Exchange
+from proxy.repair.pipeline import RepairChain
+from proxy.repair.receipts.store import MemoryStore
+from proxy.repair.repairs import default_repairs
+from proxy.settings.schema import Settings
+from tests.repair.markup.test_recogniser import cuts, recognise
+from tests.support.streams import assembled_calls, content, finish_reasons, repair_stream, sse
+
+
+def tool(name: str, properties: dict) -> dict:
+    schema = {"type": "object", "properties": properties, "required": sorted(properties)}
+    return {"type": "function", "function": {"name": name, "parameters": schema}}
+
+
+WEATHER = tool("get_weather", {"city": {"type": "string"}})
+FORECAST = tool("get_forecast", {"city": {"type": "string"}, "days": {"type": "integer"}})
+REQUEST = {"messages": [{"role": "user", "content": "weather?"}], "tools": [WEATHER, FORECAST]}
+PARIS = ("get_weather", {"city": "Paris"})
+
+
+def ds(words: str) -> str:
+    """DeepSeek's special tokens (`tool sep` and the like): fullwidth bars and U+2581."""
+    return "<\uff5ctool\u2581" + words.replace(" ", "\u2581") + "\uff5c>"
+
+
+TOKYO = ("get_forecast", {"city": "Tokyo", "days": 3})
+
+# family -> (the markup as that family writes it, the calls in it). Each form is the one the
+# family's chat template or tool-call guide documents (see test_families.py for the sources).
+SAMPLES: dict[str, tuple[str, list[tuple[str, dict]]]] = {
+    "hermes": (
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+        '<tool_call>\n{"name": "get_forecast", "arguments": {"city": "Tokyo", "days": 3}}\n'
+        "</tool_call>",
+        [PARIS, TOKYO],
+    ),
+    "qwen3_coder": (
+        "<tool_call>\n<function=get_forecast>\n<parameter=city>\nTokyo\n</parameter>\n"
+        "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
+        [TOKYO],
+    ),
+    "glm4_moe": (
+        "<tool_call>get_forecast\n<arg_key>city</arg_key>\n<arg_value>Tokyo</arg_value>\n"
+        "<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>",
+        [TOKYO],
+    ),
+    "kimi_k2": (
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+        '<|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|>'
+        "<|tool_call_begin|>functions.get_forecast:1"
+        '<|tool_call_argument_begin|>{"city": "Tokyo", "days": 3}<|tool_call_end|>'
+        "<|tool_calls_section_end|>",
+        [PARIS, TOKYO],
+    ),
+    "deepseek_v31": (
+        f"{ds('calls begin')}{ds('call begin')}get_weather{ds('sep')}"
+        f'{{"city": "Paris"}}{ds("call end")}{ds("calls end")}',
+        [PARIS],
+    ),
+    "deepseek_v3": (
+        f"{ds('calls begin')}{ds('call begin')}function{ds('sep')}get_weather\n"
+        f'```json\n{{"city": "Paris"}}\n```{ds("call end")}{ds("calls end")}',
+        [PARIS],
+    ),
+    "mistral_json": (
+        '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}, '
+        '{"name": "get_forecast", "arguments": {"city": "Tokyo", "days": 3}}]',
+        [PARIS, TOKYO],
+    ),
+    "mistral_args": ('[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}', [PARIS]),
+    "llama3_json": (
+        '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}',
+        [PARIS],
+    ),
+    "llama3_bare_json": ('{"name": "get_weather", "parameters": {"city": "Paris"}}', [PARIS]),
+    "pythonic": ('[get_weather(city="Paris"), get_forecast(city="Tokyo", days=3)]', [PARIS, TOKYO]),
+    "harmony": (
+        "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+        '{"city": "Paris"}<|call|>',
+        [PARIS],
+    ),
+}
+START_ONLY = {"llama3_json", "llama3_bare_json", "pythonic"}
+"""Families recognised only when their markup opens the content."""
+
+
+def framed(name: str) -> tuple[str, str, str]:
+    markup = SAMPLES[name][0]
+    if name in START_ONLY:
+        return "", markup, ""
+    return "Let me look.\n", markup, "\nOne moment."
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_each_family_is_recognised_at_every_split(name: str) -> None:
+    before, markup, after = framed(name)
+    expected = SAMPLES[name][1]
+    answer = before + markup + after
+    for pieces in cuts(answer):
+        texts, calls, counts = recognise(pieces, request=REQUEST)
+        got = [(call.name, orjson.loads(call.arguments)) for call in calls]
+        assert got == expected, (name, pieces, counts)
+        assert "".join(texts) == before + after.lstrip(), (name, pieces)
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_each_family_streams_through_the_chain_as_calls(name: str) -> None:
+    before, markup, after = framed(name)
+    answer = before + markup + after
+    for width in (1, 3, 8):
+        pieces = [answer[i : i + width] for i in range(0, len(answer), width)]
+        chunks = [{"choices": [{"index": 0, "delta": {"content": p}}]} for p in pieces]
+        finish = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+        body = repair_stream(sse(*chunks, finish, "[DONE]"), REQUEST)
+        calls = assembled_calls(body)[0]
+        assert [(c["name"], orjson.loads(c["arguments"])) for c in calls] == SAMPLES[name][1]
+        assert all(c["id"] for c in calls) and len({c["id"] for c in calls}) == len(calls)
+        assert finish_reasons(body) == {0: ["tool_calls"]}
+        assert content(body).get(0, "") == before + after.lstrip()
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_each_family_non_streamed_becomes_message_calls(name: str) -> None:
+    before, markup, after = framed(name)
+    message = {"role": "assistant", "content": before + markup + after}
+    body = {"id": "x", "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
+    settings = Settings().with_values({"repairs.strict": True})
+    exchange = Exchange("t", request=REQUEST)
+    store = MemoryStore(max_entries=10, ttl_seconds=60)
+    asyncio.run(
+        RepairChain(default_repairs(settings, exchange, store), strict=True).on_response(body)
+    )
+    choice = body["choices"][0]
+    got = [
+        (c["function"]["name"], orjson.loads(c["function"]["arguments"]))
+        for c in choice["message"]["tool_calls"]
+    ]
+    assert got == SAMPLES[name][1]
+    assert choice["finish_reason"] == "tool_calls"
+    assert choice["message"]["content"] == ((before + after.lstrip()) or None)
+
+
+def test_a_mistral_call_gets_the_nine_alphanumerics_its_server_demands() -> None:
+    body = repair_stream(
+        sse({"choices": [{"index": 0, "delta": {"content": SAMPLES["mistral_args"][0]}}]}),
+        REQUEST,
+    )
+    [call] = assembled_calls(body)[0]
+    assert len(call["id"]) == 9 and call["id"].isalnum()
+
+
+def test_kimi_keeps_the_ids_the_model_wrote() -> None:
+    body = repair_stream(
+        sse({"choices": [{"index": 0, "delta": {"content": SAMPLES["kimi_k2"][0]}}]}), REQUEST
+    )
+    ids = [call["id"] for call in assembled_calls(body)[0]]
+    assert ids == ["functions.get_weather:0", "functions.get_forecast:1"]
