@@ -5,13 +5,14 @@ same packages and install as the real-client matrix), `streamText` and `generate
 `get_weather` tool that has an `execute` and `stopWhen: stepCountIs(3)`: the SDK itself runs
 the tool when the first step ends in a tool call and sends the second request. The upstream is
 tests/support/markup_upstream.py (a vLLM / llama.cpp server whose tool parser missed: Hermes,
-Qwen3-Coder or Kimi K2 markup as `content`, finish "stop"), which answers the second request
-only when its history is one a chat template renders, with text that uses the tool's result.
+Qwen3-Coder, Kimi K2, GLM, DeepSeek V3.1, Mistral or MiniMax-M2 markup as `content`, finish
+"stop"), which answers the second request only when its history is one a chat template
+renders, with text that uses the tool's result.
 
 Through the proxy the tool's execute must be called once with the arguments the model wrote
-(the Qwen3-Coder values converted by the schema), the first step must end "tool-calls" with no
-markup in its text, and the final text must arrive. Without the proxy the SDK gets the markup
-as text, runs nothing and stops after one step.
+(the bare-text values of Qwen3-Coder, GLM and MiniMax-M2 converted by the schema), the first
+step must end "tool-calls" with no markup in its text, and the final text must arrive.
+Without the proxy the SDK gets the markup as text, runs nothing and stops after one step.
 """
 
 from __future__ import annotations
@@ -104,7 +105,8 @@ def assert_ids(model: str, result: dict[str, Any]) -> None:
     answer = answer_for(model)
     for position, call_id in enumerate(ids):
         wrote = answer.call_id(position)
-        assert call_id == wrote if wrote is not None else GENERATED_ID.fullmatch(call_id), ids
+        rule = answer.family.id_rule or GENERATED_ID
+        assert call_id == wrote if wrote is not None else rule.fullmatch(call_id), ids
 
 
 def assert_second_request(fake: MarkupUpstream, result: dict[str, Any]) -> None:

@@ -7,8 +7,15 @@ The request's `model` picks what the "model" writes: `FAMILY[/VARIANT...]`, comp
 
 - FAMILY: `hermes` (`<tool_call>{json}</tool_call>`), `qwen3_coder`
   (`<tool_call><function=NAME><parameter=K>V</parameter></function></tool_call>`, every value
-  bare text) or `kimi_k2` (`<|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:0
-  <|tool_call_argument_begin|>{json}<|tool_call_end|><|tool_calls_section_end|>`); see FAMILIES.
+  bare text), `kimi_k2` (`<|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:0
+  <|tool_call_argument_begin|>{json}<|tool_call_end|><|tool_calls_section_end|>`), `glm`
+  (GLM-4.5: `<tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value></tool_call>`),
+  `deepseek` (V3.1: `<|tool calls begin|><|tool call begin|>NAME<|tool sep|>{json}
+  <|tool call end|><|tool calls end|>`, written here with ASCII `|` and spaces for the
+  fullwidth bar and the U+2581 separator of the real tokens), `mistral` (tokenizer v11+:
+  `[TOOL_CALLS]NAME[ARGS]{json}`, no closing marker) or `minimax_m2` (`<minimax:tool_call>
+  <invoke name="NAME"><parameter name="K">V</parameter></invoke></minimax:tool_call>`), each
+  with the line breaks its chat template writes; see FAMILIES.
 - VARIANT `prefixed`: the model writes PREFIX before the markup;
   `parallel`: two calls (PARIS, then TOKYO);
   `invalid`: arguments that fail WEATHER_SCHEMA (`days` is not an integer).
@@ -25,8 +32,9 @@ renders (`history_problems`): the assistant message before the tool messages has
 each with a non-empty `id`, `type: "function"`, `function.name` and `function.arguments` as a
 JSON string (an object), the calls the model wrote (same names and arguments; for Kimi K2 the
 ids it wrote, `functions.NAME:N`, which its template renders back), its `content` holds no
-tool-call markup (the template would render each call twice), and every call has exactly one
-`tool` message with its `tool_call_id`. Otherwise HTTP 400 with an OpenAI-style error body
+tool-call markup (the template would render each call twice), every call has exactly one
+`tool` message with its `tool_call_id`, and for Mistral every id is 9 letters and digits
+(mistral-common refuses any other). Otherwise HTTP 400 with an OpenAI-style error body
 (`invalid_request_error`), and the problems are kept in `rejections`. When it is, the answer is
 plain text that uses the tool results (`final_answer`).
 
@@ -44,6 +52,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import re
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -118,10 +127,20 @@ class Family:
     """Texts of the markup that must not be left in `content` once it became calls."""
     call_id: Callable[[str, int], str] | None = None
     """The id the model writes for its call at a position, when the family writes one."""
+    id_rule: re.Pattern[str] | None = None
+    """What the family's server accepts as a call id on the follow-up, when it is particular."""
+
+    def made_id(self, digest: str) -> str:
+        """An id made up for a call (the control's parser), of a shape the server accepts."""
+        return digest[:9] if self.id_rule is MISTRAL_ID else f"call_{digest[:24]}"
+
+
+MISTRAL_ID = re.compile(r"[a-zA-Z0-9]{9}")
 
 
 def _hermes(calls: list[tuple[str, dict[str, Any]]]) -> str:
-    return "".join(
+    # Qwen's templates put a line break between two calls; so do Qwen3-Coder's and GLM's.
+    return "\n".join(
         f'<tool_call>\n{{"name": "{name}", "arguments": {_json(args)}}}\n</tool_call>'
         for name, args in calls
     )
@@ -131,7 +150,7 @@ def _qwen3_coder(calls: list[tuple[str, dict[str, Any]]]) -> str:
     def parameter(key: str, value: Any) -> str:
         return f"<parameter={key}>\n{value}\n</parameter>\n"
 
-    return "".join(
+    return "\n".join(
         f"<tool_call>\n<function={name}>\n"
         + "".join(parameter(k, v) for k, v in args.items())
         + "</function>\n</tool_call>"
@@ -155,6 +174,51 @@ def _kimi_k2(calls: list[tuple[str, dict[str, Any]]]) -> str:
     )
 
 
+def _glm(calls: list[tuple[str, dict[str, Any]]]) -> str:
+    return "\n".join(
+        f"<tool_call>{name}\n"
+        + "".join(f"<arg_key>{k}</arg_key>\n<arg_value>{v}</arg_value>\n" for k, v in args.items())
+        + "</tool_call>"
+        for name, args in calls
+    )
+
+
+def _deepseek_marker(words: str) -> str:
+    # The fullwidth bar and the U+2581 separator of DeepSeek's special tokens.
+    return "<\uff5c" + words.replace(" ", "\u2581") + "\uff5c>"
+
+
+def _deepseek(calls: list[tuple[str, dict[str, Any]]]) -> str:
+    return (
+        _deepseek_marker("tool calls begin")
+        + "".join(
+            _deepseek_marker("tool call begin")
+            + name
+            + _deepseek_marker("tool sep")
+            + _json(args)
+            + _deepseek_marker("tool call end")
+            for name, args in calls
+        )
+        + _deepseek_marker("tool calls end")
+    )
+
+
+def _mistral(calls: list[tuple[str, dict[str, Any]]]) -> str:
+    return "".join(f"[TOOL_CALLS]{name}[ARGS]{_json(args)}" for name, args in calls)
+
+
+def _minimax_m2(calls: list[tuple[str, dict[str, Any]]]) -> str:
+    def invoke(name: str, args: dict[str, Any]) -> str:
+        parameters = "".join(f'<parameter name="{k}">{v}</parameter>\n' for k, v in args.items())
+        return f'<invoke name="{name}">\n{parameters}</invoke>\n'
+
+    return (
+        "<minimax:tool_call>\n"
+        + "".join(invoke(name, args) for name, args in calls)
+        + "</minimax:tool_call>"
+    )
+
+
 FAMILIES: dict[str, Family] = {
     "hermes": Family("hermes", _hermes, ("<tool_call>", "</tool_call>", '"arguments"')),
     "qwen3_coder": Family(
@@ -165,6 +229,16 @@ FAMILIES: dict[str, Family] = {
         _kimi_k2,
         ("<|tool_calls_section_begin|>", "<|tool_call_begin|>", "functions.", "<|tool_call_end|>"),
         call_id=_kimi_id,
+    ),
+    "glm": Family("glm", _glm, ("<tool_call>", "<arg_key>", "<arg_value>", "</tool_call>")),
+    "deepseek": Family(
+        "deepseek",
+        _deepseek,
+        tuple(_deepseek_marker(m) for m in ("tool calls begin", "tool call begin", "tool sep")),
+    ),
+    "mistral": Family("mistral", _mistral, ("[TOOL_CALLS]", "[ARGS]"), id_rule=MISTRAL_ID),
+    "minimax_m2": Family(
+        "minimax_m2", _minimax_m2, ("<minimax:tool_call>", "<invoke", "<parameter", "</invoke>")
     ),
 }
 
@@ -283,6 +357,9 @@ def history_problems(messages: list[Any], answer: Answer) -> list[str]:
             wrote_id = answer.call_id(position)
             if wrote_id is not None and call_id != wrote_id:
                 problems.append(f"{where}.id is {call_id!r}, the model wrote {wrote_id!r}")
+        rule = answer.family.id_rule
+        if rule is not None and isinstance(call_id, str) and not rule.fullmatch(call_id):
+            problems.append(f"{where}.id {call_id!r} is not of the form {rule.pattern}")
     if len(calls) != len(answer.calls):
         problems.append(f"{len(calls)} tool calls, the model wrote {len(answer.calls)}")
     if len(set(ids)) != len(ids):
@@ -317,7 +394,7 @@ def parsed_calls(answer: Answer, seed: str) -> list[dict[str, Any]]:
         digest = hashlib.sha256(f"{seed}:{position}".encode()).hexdigest()
         calls.append(
             {
-                "id": answer.call_id(position) or f"call_{digest[:24]}",
+                "id": answer.call_id(position) or answer.family.made_id(digest),
                 "type": "function",
                 "function": {"name": name, "arguments": _json(arguments)},
             }

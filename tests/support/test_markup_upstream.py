@@ -79,7 +79,7 @@ def test_streams_the_markup_as_content_in_awkward_pieces(
     opener = FAMILIES[family].markers[0]
     assert not any(opener in piece for piece in contents)
     assert not any("Paris" in piece for piece in contents)
-    assert len(contents) > 20
+    assert len(contents) > 15
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -105,6 +105,23 @@ def test_the_families_write_what_the_brief_says() -> None:
     assert answer_for("qwen3_coder").markup == (
         "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
         "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>"
+    )
+    assert answer_for("mistral/parallel").markup == (
+        '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris", "days": 3}'
+        '[TOOL_CALLS]get_weather[ARGS]{"city": "Tokyo", "days": 1}'
+    )
+    assert answer_for("deepseek").markup == (
+        "<\uff5ctool\u2581calls\u2581begin\uff5c><\uff5ctool\u2581call\u2581begin\uff5c>"
+        'get_weather<\uff5ctool\u2581sep\uff5c>{"city": "Paris", "days": 3}'
+        "<\uff5ctool\u2581call\u2581end\uff5c><\uff5ctool\u2581calls\u2581end\uff5c>"
+    )
+    assert answer_for("glm").markup == (
+        "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n"
+        "<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>"
+    )
+    assert answer_for("minimax_m2").markup == (
+        '<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Paris'
+        '</parameter>\n<parameter name="days">3</parameter>\n</invoke>\n</minimax:tool_call>'
     )
     assert answer_for("kimi_k2/parallel").markup == (
         "<|tool_calls_section_begin|>"
@@ -133,7 +150,7 @@ def _call(call_id: str, arguments: Any = None, **changes: Any) -> dict[str, Any]
 def test_a_well_formed_follow_up_gets_text_from_the_tool_result(
     fake: MarkupUpstream, client: httpx.Client, family: str, stream: bool
 ) -> None:
-    call_id = answer_for(family).call_id(0) or "call_abc"
+    call_id = answer_for(family).call_id(0) or "abc123XYZ"  # 9 alphanumerics suit Mistral
     messages = _follow_up(family, {"content": None, "tool_calls": [_call(call_id)]}, [call_id])
     response = ask(client, family, messages, stream)
     assert response.status_code == 200, response.text
@@ -196,6 +213,15 @@ def test_a_follow_up_a_template_cannot_render_gets_an_openai_style_400(
     assert error["type"] == "invalid_request_error"
     assert says in error["message"]
     assert len(fake.rejections) == 1
+
+
+def test_mistral_follow_up_needs_nine_alphanumerics(
+    fake: MarkupUpstream, client: httpx.Client
+) -> None:
+    messages = _follow_up("mistral", {"tool_calls": [_call("call_abc")]}, ["call_abc"])
+    response = ask(client, "mistral", messages, stream=False)
+    assert response.status_code == 400
+    assert "is not of the form [a-zA-Z0-9]{9}" in response.json()["error"]["message"]
 
 
 def test_kimi_follow_up_needs_the_id_the_model_wrote(
