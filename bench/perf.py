@@ -1042,7 +1042,7 @@ def phase_markup(
     return out
 
 
-def recogniser_in_process(rounds: int = 7, streams: int = 200) -> dict[str, Any]:
+def recogniser_in_process(rounds: int = 25, streams: int = 80) -> dict[str, Any]:
     """The recogniser's CPU alone, in this process: the default repair chain over the fake's
     plain 50-event stream (tools declared, each chunk parsed as the server does), a fresh
     chain per stream, with `text_tool_calls` on and off, interleaved; the best round each.
