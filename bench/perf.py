@@ -53,7 +53,11 @@ machine lands on all targets alike (LiteLLM aside, see below):
    under 5 %, i.e. >= 0.95); then the time to the first content byte of a stream whose
    upstream waits 20 ms between events, interleaved with direct: on and off less direct, and
    on - off, which would be about 20 ms if the recogniser held back the first piece of plain
-   text waiting for the next one.
+   text waiting for the next one; and the recogniser's CPU per event in process (the default
+   repair chain over the same stream, on against off), as a share of markup-off's server CPU
+   per event. On 2 cores shared with other work, two identically configured servers differed by
+   up to 10 % in throughput and in CPU per event (an A/A run, both off: 1.09 and 0.90), so the
+   two-server ratios only catch a large cost; the in-process share is the steady figure.
 
 LiteLLM keeps working after each response (logging and callback tasks and threads), and on
 2 cores that work lands on whatever is measured next, not on all targets alike: interleaved
