@@ -62,6 +62,7 @@ from starlette.requests import Request  # noqa: E402
 from starlette.responses import Response  # noqa: E402
 from starlette.routing import Route  # noqa: E402
 
+from proxy.repair.calls.declared import DeclaredTools  # noqa: E402
 from proxy.repair.conformance import violations  # noqa: E402
 from proxy.server.app import create_app  # noqa: E402
 from proxy.settings.schema import Settings  # noqa: E402
@@ -324,9 +325,26 @@ def meant(response: Recorded) -> Meant:
             if isinstance(delta.get("tool_calls"), list):
                 calls.add(delta["tool_calls"])
             out.finish = choice.get("finish_reason") or out.finish
-    out.calls = calls.result()
+    out.calls = as_declared(response.request, calls.result())
     out.finish = "tool_calls" if out.calls else (out.finish or "stop")
     return out
+
+
+def as_declared(request: dict[str, Any] | None, calls: list[dict[str, Any]]) -> list[dict]:
+    """What the calls mean under the request's tool schemas: arguments the upstream encoded
+    once too often (a list sent as its JSON text where the schema wants the list) read as the
+    schema says, the one reading the proxy's ToolCallRepair applies too."""
+    tools = DeclaredTools.of(request or {})
+    if tools is None:
+        return calls
+    meant = []
+    for call in calls:
+        arguments = call["arguments"]
+        if isinstance(call["name"], str) and not isinstance(arguments, str):
+            reshaped = tools.reshaped(call["name"], json.dumps(arguments))
+            arguments = json.loads(reshaped) if reshaped is not None else arguments
+        meant.append({**call, "arguments": arguments})
+    return meant
 
 
 def meant_json(response: Recorded) -> Meant:
@@ -339,6 +357,7 @@ def meant_json(response: Recorded) -> Meant:
         {"name": c["function"].get("name"), "arguments": parse_args(c["function"].get("arguments"))}
         for c in message.get("tool_calls") or []
     ]
+    calls = as_declared(response.request, calls)
     finish = "tool_calls" if calls else (choice.get("finish_reason") or "stop")
     return Meant(text=message.get("content") or "", calls=calls, finish=finish)
 

@@ -468,6 +468,8 @@ CASES = [
         request_side=True,
     ),
     Case("receipts_skipped_no_credential", answer(), credential=False, request_side=True),
+    Case("reasoning_from_text", answer("<think>Paris first.</think>\n\nIt is sunny.")),
+    Case("reasoning_close_unopened", answer("Paris first.\n</think>\n\nIt is sunny.")),
     Case(
         "receipt_too_large",
         called(extra_content=SIGNATURE),

@@ -91,6 +91,19 @@ def content(body: bytes) -> dict[int, str]:
     return text
 
 
+def reasoning(body: bytes, field: str = "reasoning_content") -> dict[int, str]:
+    """The text of one reasoning field per choice, as a client accumulates it."""
+    text: dict[int, str] = {}
+    for item in stream_chunks(body):
+        if isinstance(item, dict):
+            for choice in item.get("choices") or ():
+                piece = (choice.get("delta") or {}).get(field)
+                if isinstance(piece, str):
+                    index = choice.get("index", 0)
+                    text[index] = text.get(index, "") + piece
+    return text
+
+
 def sse(*chunks: dict[str, Any] | str) -> bytes:
     """An SSE body from chunks (`"[DONE]"` for the terminator)."""
     return b"".join(

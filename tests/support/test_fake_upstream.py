@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -169,6 +170,10 @@ def parses(text: str) -> bool:
     return True
 
 
+# A `<think>` block opening the content, then the answer (whitespace around the tags apart).
+THINK_BLOCK = re.compile(r"\s*<think>(?P<reasoning>.*?)</think>\s*(?P<answer>.*)", re.S)
+
+
 @dataclass
 class ChoiceReading:
     content: str = ""
@@ -224,12 +229,15 @@ class ChoiceReading:
             calls.append(out | ({"thought_signature": call["sig"]} if call["sig"] else {}))
         # An upstream that ends cleanly without any finish (Snowflake) meant "stop".
         finish = "tool_calls" if calls else self.finish or "stop"
+        thought = THINK_BLOCK.fullmatch(self.content)
         out = {
             "index": index,
             "finish_reason": finish,
-            "content": self.content,
+            "content": thought["answer"] if thought else self.content,
             "tool_calls": calls,
         }
+        if thought:  # reasoning written as text, which the proxy moves to its own field
+            out["reasoning_content"] = thought["reasoning"]
         return out | ({"thought_signature": self.signature} if self.signature else {})
 
 

@@ -8,6 +8,7 @@ lazily per tool, so a request whose calls all arrive as real `tool_calls` pays n
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import jsonschema
 import orjson
 from jsonschema.exceptions import SchemaError
+from referencing.exceptions import Unresolvable
 
 # Why a call is refused, as the kind it is counted under.
 UNDECLARED_KIND = "text_tool_call_undeclared"
@@ -35,7 +37,8 @@ class DeclaredTools:
     @classmethod
     def of(cls, request: Mapping[str, Any]) -> DeclaredTools | None:
         """None when the request gives no function tool a call could name: no `tools`, or
-        `tool_choice: "none"`. A named `tool_choice` leaves only that tool."""
+        `tool_choice: "none"`. A named `tool_choice` leaves only that tool, `allowed_tools` only
+        those it lists, a forced custom tool none."""
         choice = request.get("tool_choice")
         if choice == "none":
             return None
@@ -47,9 +50,9 @@ class DeclaredTools:
             if isinstance(name, str) and name and name not in schemas:
                 parameters = function.get("parameters")
                 schemas[name] = parameters if parameters is not None else {"type": "object"}
-        forced = _forced_name(choice)
-        if forced is not None:
-            schemas = {forced: schemas[forced]} if forced in schemas else {}
+        allowed = _allowed_names(choice)
+        if allowed is not None:
+            schemas = {name: schemas[name] for name in schemas if name in allowed}
         return cls(schemas) if schemas else None
 
     def __contains__(self, name: object) -> bool:
@@ -62,7 +65,15 @@ class DeclaredTools:
         validator = self._validator(name)
         if validator is None:
             return SCHEMA_UNUSABLE_KIND
-        return None if validator.is_valid(arguments) else INVALID_ARGUMENTS_KIND
+        try:
+            valid = validator.is_valid(arguments)
+        except Unresolvable:
+            return SCHEMA_UNUSABLE_KIND  # a $ref to nowhere, or off the machine: never fetched
+        except (RecursionError, OverflowError):
+            # Arguments nested past what a recursive schema checks, or an integer too large for
+            # the float a `multipleOf` divides it as.
+            return INVALID_ARGUMENTS_KIND
+        return None if valid else INVALID_ARGUMENTS_KIND
 
     def typed(self, name: str, strings: Mapping[str, str]) -> dict[str, Any]:
         """Argument values a family wrote as bare text, converted by the types the schema gives
@@ -111,15 +122,34 @@ class DeclaredTools:
                 )
                 cls.check_schema(schema)
                 self._validators[name] = cls(schema)
-            except (SchemaError, TypeError, ValueError):
+            except (SchemaError, TypeError, ValueError, AttributeError):
+                # The schema is the request's: jsonschema reads a `$schema` that is not a
+                # string (5, true) with AttributeError before it can say SchemaError.
                 self._validators[name] = None
         return self._validators[name]
 
 
-def _forced_name(choice: Any) -> str | None:
-    if isinstance(choice, dict) and isinstance(choice.get("function"), dict):
+def _allowed_names(choice: Any) -> set[str] | None:
+    """The function names a dict `tool_choice` leaves a call (None: it narrows nothing): the
+    named function; those `allowed_tools` lists; none when it forces a custom tool."""
+    if not isinstance(choice, dict):
+        return None
+    if isinstance(choice.get("function"), dict):
         name = choice["function"].get("name")
-        return name if isinstance(name, str) else None
+        return {name} if isinstance(name, str) else None
+    kind = choice.get("type")
+    if kind == "custom":
+        return set()
+    if kind == "allowed_tools":
+        listed = choice.get("allowed_tools")
+        tools = listed.get("tools") if isinstance(listed, dict) else None
+        names = set()
+        for tool in tools if isinstance(tools, list) else ():
+            function = tool.get("function") if isinstance(tool, dict) else None
+            name = function.get("name") if isinstance(function, dict) else None
+            if isinstance(name, str):
+                names.add(name)
+        return names
     return None
 
 
@@ -149,7 +179,9 @@ def _decoded(text: str) -> Any:
 
 
 def _as_type(text: str, schema: Any) -> Any:
-    """`text` read as the first of the property's types it reads as; else the text itself."""
+    """`text` read as the first of the property's types it reads as; else the text itself.
+    A number keeps its exact value (an integer is read as one, never through a float), and one
+    that no double holds (`1e999`) or too long for `int` stays text: validation then refuses it."""
     types = _types(schema)
     if not types or "string" in types:
         return text
@@ -157,11 +189,15 @@ def _as_type(text: str, schema: Any) -> Any:
     for kind in ("integer", "number", "boolean", "null", "object", "array"):
         if kind not in types:
             continue
-        if kind == "integer" and _INTEGER.fullmatch(stripped):
-            return int(stripped)
+        if kind in ("integer", "number") and _INTEGER.fullmatch(stripped):
+            try:
+                return int(stripped)
+            except ValueError:  # past Python's digit limit for int()
+                continue
         if kind == "number" and _NUMBER.fullmatch(stripped):
             number = float(stripped)
-            return int(number) if _INTEGER.fullmatch(stripped) else number
+            if math.isfinite(number):
+                return number
         if kind == "boolean" and stripped in ("true", "false"):
             return stripped == "true"
         if kind == "null" and stripped == "null":

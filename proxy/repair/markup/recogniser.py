@@ -14,12 +14,13 @@ the upstream stops for length goes out as text: a cut-off call is never made to 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import orjson
 
-from proxy.repair.calls.declared import UNDECLARED_KIND, DeclaredTools
+from proxy.repair.calls.declared import INVALID_ARGUMENTS_KIND, UNDECLARED_KIND, DeclaredTools
 from proxy.repair.markup.spans import REFUSED, MarkupFamily, ParsedCall
 
 Count = Callable[[str, int], None]
@@ -33,6 +34,12 @@ FENCE = "```"
 ENDINGS = ">}])"
 """The characters every family's markup ends with (a closing tag, `<|call|>`, `}`, `]`)."""
 SMALL_SPAN = 4096
+SLICE = 1024
+"""A longer piece (a whole non-streamed answer) is fed in slices of this many characters: a
+span opened in a piece holds the rest of that piece, and an opener refused at once sends the
+rest back to be scanned again, so a huge piece full of openers would cost quadratic work.
+Fed in slices, it costs what the same text streamed costs (the output is the same: any split
+of the content gives the same text and calls)."""
 MAX_HELD_WHITESPACE = 256
 """Whitespace after a call is held (and dropped if another call or the end follows) up to this."""
 
@@ -62,6 +69,9 @@ class _Span:
     size: int = 0
     next_check: int = 0
     """The size at which the span's end is looked for again regardless of what arrived."""
+    armed: bool = False
+    """A small span received one of `ENDINGS` and no text since: a family whose markup has no
+    closing marker (Mistral, Llama JSON, pythonic) ends the span once text follows the value."""
 
     def __post_init__(self) -> None:
         self.parts = [self.first]
@@ -82,11 +92,23 @@ class _Span:
         one of `ENDINGS`, so a piece without one cannot have closed a small span; past
         `SMALL_SPAN` the end is looked for as the span grows by an eighth, so an upstream
         feeding a huge span in tiny pieces costs linear work (the end is still found: at the
-        latest when the answer finishes)."""
+        latest when the answer finishes). After a piece with one of `ENDINGS`, the pieces up
+        to the next one with text are worth checking too: the value may have closed, and the
+        text after it ends the span (it would otherwise wait for the next bracket, or the end
+        of the answer). That is one more look per such piece, bounded like the rest."""
         if self.size >= self.next_check:
             self.next_check = self.size + max(SMALL_SPAN, self.size // 8)
+            self.armed = any(char in piece for char in ENDINGS)
             return True
-        return self.size <= SMALL_SPAN and any(char in piece for char in ENDINGS)
+        if self.size > SMALL_SPAN:
+            return False
+        if any(char in piece for char in ENDINGS):
+            self.armed = True
+            return True
+        if self.armed:
+            self.armed = not piece.strip()
+            return True
+        return False
 
 
 class CallRecogniser:
@@ -107,7 +129,9 @@ class CallRecogniser:
         self._markers = [*openers, FENCE]
         self._start_markers = sorted({o for _, o in self._at_start}, key=len, reverse=True)
         self._markers_at_start = [*self._start_markers, *openers]
-        self._first_chars = frozenset(marker[0] for marker in self._markers)
+        first_chars = sorted({marker[0] for marker in self._markers})
+        # One regex search is the cheapest "could this piece start a marker?" test per chunk.
+        self._could_open = re.compile("[" + "".join(map(re.escape, first_chars)) + "]").search
         self._opener_chars = frozenset(opener[0] for opener in openers)
         self._longest = max(len(m) for m in [*self._markers, *self._start_markers])
         self._pending = ""
@@ -129,9 +153,16 @@ class CallRecogniser:
             and not self._at_start_of_content
             and not self._after_call
             and not self._ticks
-            and not any(char in text for char in self._first_chars)
+            and not self._could_open(text)
         ):
             return text, []  # the fast path: no opener, fence or partial one can be in here
+        if len(text) > SLICE:
+            texts, calls = [], []
+            for start in range(0, len(text), SLICE):
+                sent, found = self._run(text[start : start + SLICE], final=False, truncated=False)
+                texts.append(sent)
+                calls.extend(found)
+            return "".join(texts), calls
         return self._run(text, final=False, truncated=False)
 
     def finish(self, truncated: bool) -> tuple[str, list[RecognisedCall]]:
@@ -185,13 +216,18 @@ class CallRecogniser:
                 return
             self._at_start_of_content = False
             if start:
+                self._ticks = 0
                 out.append(text[:lead])
                 self._span = _Span(text[lead:], start)
                 return
         leading = len(text) - len(text.lstrip("`"))
-        if self._ticks and leading < len(FENCE) <= self._ticks + leading:
-            self._in_fence = not self._in_fence  # a fence split between two pieces
-            self._ticks = 0
+        if self._ticks and leading:
+            # A run of backticks split between pieces: its fences are counted whole here, as
+            # in one piece (every three backticks of the run toggle), the rest carried on.
+            run = self._ticks + leading
+            if (run // len(FENCE)) % 2:
+                self._in_fence = not self._in_fence
+            self._ticks = run % len(FENCE)
             position = leading
             out.append(text[:leading])
         found_at: dict[str, int] = {}
@@ -212,6 +248,7 @@ class CallRecogniser:
                 position = index + len(marker)
                 continue
             out.append(text[position:index])
+            self._ticks = 0  # text ends before the opener: no backtick run reaches past it
             candidates = [(f, o) for f, o in self._anywhere if text.startswith(o, index)]
             self._span = _Span(text[index:], candidates, opener=len(marker))
             return
@@ -219,7 +256,9 @@ class CallRecogniser:
         sent = text[position : len(text) - held]
         out.append(sent)
         self._pending = text[len(text) - held :]
-        if not held:
+        if held:
+            self._ticks = 0  # the held tail begins with an opener's character, not a backtick
+        else:
             trailing = len(sent) - len(sent.rstrip("`"))
             self._ticks = self._ticks + trailing if trailing == len(sent) else trailing
 
@@ -274,7 +313,9 @@ class CallRecogniser:
             self._release_opener(span, out)
             return
         family, opener = span.chosen  # type: ignore[misc]
-        end = None if truncated else family.end(span.text, opener, final)
+        # Cut by length, the span ends only where it closed before the cut (a span looked at
+        # only as it grows may have closed unseen); the end of the text is no end for it.
+        end = family.end(span.text, opener, final and not truncated)
         if end is None:
             if truncated or final:
                 if truncated:
@@ -330,7 +371,13 @@ class CallRecogniser:
             if refusal is not None:
                 self._count(refusal, 1)
                 return None
-            text = orjson.dumps(arguments).decode()
+            try:
+                text = orjson.dumps(arguments).decode()
+            except orjson.JSONEncodeError:
+                # Nested past 254 levels, or an integer past 64 bits: orjson cannot write
+                # them as received, and a changed value would be an invented call.
+                self._count(INVALID_ARGUMENTS_KIND, 1)
+                return None
             accepted.append(RecognisedCall(call.name, text, call.id, family))
         return accepted or None
 

@@ -11,6 +11,7 @@ from proxy.repair.repairs.finish_reason import FinishReasonRepair
 from proxy.repair.repairs.history import HistoryRepair
 from proxy.repair.repairs.receipts import ReceiptRepair
 from proxy.repair.repairs.role import SingleRoleRepair
+from proxy.repair.repairs.text_reasoning import TextReasoningRepair
 from proxy.repair.repairs.text_tool_calls import TextToolCallRepair
 from proxy.repair.repairs.tool_calls import ToolCallRepair
 from proxy.settings.schema import Settings
@@ -20,17 +21,21 @@ def default_repairs(settings: Settings, exchange: Exchange, store: ReceiptStore)
     """A fresh chain for one exchange, in this order:
 
     0. HistoryRepair (request side only) heals the history before anything reads its ids.
-    1. TextToolCallRepair turns tool-call markup written as content into `tool_calls` entries,
+    1. TextReasoningRepair moves reasoning written as content into the reasoning field first,
+       so a tool-call tag the model wrote while thinking never reaches the recogniser as
+       content and cannot become a call; harmony's commentary channel (gpt-oss's calls) is
+       left in the content, framing included, for the recogniser.
+    2. TextToolCallRepair turns tool-call markup written as content into `tool_calls` entries,
        before ToolCallRepair, which then delivers them like the upstream's own.
-    2. ToolCallRepair turns whatever the upstream sent into whole calls, which is what every
+    3. ToolCallRepair turns whatever the upstream sent into whole calls, which is what every
        later repair reasons about.
-    3. ReusedCallIdRepair sees each call's id once it is final, and before anyone keeps it.
-    4. FinishReasonRepair must see the calls that ToolCallRepair emits (even the ones it only
+    4. ReusedCallIdRepair sees each call's id once it is final, and before anyone keeps it.
+    5. FinishReasonRepair must see the calls that ToolCallRepair emits (even the ones it only
        emits at stream end) to know that "stop" means "tool_calls".
-    5. SingleRoleRepair after every repair that emits, drops or reorders chunks: the role goes
+    6. SingleRoleRepair after every repair that emits, drops or reorders chunks: the role goes
        on the first delta as the client receives it (ToolCallRepair may send a call before the
        chunk that carried the role).
-    6. ReceiptRepair last: it keys receipts by the call ids exactly as the client receives
+    7. ReceiptRepair last: it keys receipts by the call ids exactly as the client receives
        them, so it watches the final output, and its store write happens at the very end.
     """
     if not settings.repairs.enabled:
@@ -38,6 +43,7 @@ def default_repairs(settings: Settings, exchange: Exchange, store: ReceiptStore)
     history: list[Repair] = [HistoryRepair(exchange)] if settings.history.repair else []
     return [
         *history,
+        TextReasoningRepair(exchange),
         TextToolCallRepair(
             exchange, FAMILIES, max_span_chars=settings.tool_calls.max_buffered_bytes
         ),

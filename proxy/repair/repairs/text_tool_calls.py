@@ -47,6 +47,8 @@ class TextToolCallRepair(Repair):
         changed = False
         for choice in choices_of(chunk):
             delta = choice.get("delta")
+            if delta is None and choice.get("finish_reason"):
+                delta = {}  # a finish with no delta: what is held still goes out before it
             if not isinstance(delta, dict):
                 continue
             index = choice_index(choice)
@@ -66,6 +68,7 @@ class TextToolCallRepair(Repair):
             changed = True
             self._envelope = envelope(chunk)
             self._place(delta, content, text, calls, index)
+            choice["delta"] = delta
         if not changed:
             return None
         return without_empty_choices(chunk)

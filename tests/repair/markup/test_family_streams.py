@@ -37,7 +37,7 @@ def ds(words: str) -> str:
 TOKYO = ("get_forecast", {"city": "Tokyo", "days": 3})
 
 # family -> (the markup as that family writes it, the calls in it). Each form is the one the
-# family's chat template or tool-call guide documents (see test_families.py for the sources).
+# family's chat template or tool-call guide documents (see test_families_*.py for the sources).
 SAMPLES: dict[str, tuple[str, list[tuple[str, dict]]]] = {
     "hermes": (
         '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'

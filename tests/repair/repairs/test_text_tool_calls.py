@@ -16,7 +16,14 @@ from proxy.repair.receipts.store import MemoryStore
 from proxy.repair.repairs import default_repairs
 from proxy.settings.schema import Settings
 from tests.repair.markup.test_recogniser import CALL, REQUEST, WEATHER
-from tests.support.streams import assembled_calls, content, finish_reasons, repair_stream, sse
+from tests.support.streams import (
+    assembled_calls,
+    content,
+    finish_reasons,
+    reasoning,
+    repair_stream,
+    sse,
+)
 
 ENVELOPE = {"id": "chatcmpl-t", "object": "chat.completion.chunk", "created": 1, "model": "m"}
 
@@ -134,3 +141,29 @@ def test_an_undeclared_second_tool_keeps_the_whole_answer_text() -> None:
     answer = CALL + CALL.replace("get_weather", "get_time").replace('"city": "Paris"', "")
     body = repair_stream(markup_stream(answer), request)
     assert [c["name"] for c in assembled_calls(body)[0]] == ["get_weather", "get_time"]
+
+
+def test_a_call_written_while_thinking_stays_in_the_reasoning() -> None:
+    answer = f"<think>I could try {CALL} but no.</think>It is sunny."
+    body = repair_stream(markup_stream(answer), REQUEST)
+    assert 0 not in assembled_calls(body)
+    assert content(body) == {0: "It is sunny."}
+    assert finish_reasons(body) == {0: ["stop"]}
+    assert reasoning(body) == {0: f"I could try {CALL} but no."}
+
+
+def test_harmony_leaking_whole_gives_reasoning_and_a_call() -> None:
+    answer = (
+        "<|start|>assistant<|channel|>analysis<|message|>Need the weather.<|end|>"
+        "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
+        '<|message|>{"city": "Paris"}<|call|>'
+    )
+    for width in (1, 4, 11):
+        body = repair_stream(markup_stream(answer, width=width), REQUEST)
+        [call] = assembled_calls(body)[0]
+        assert call["name"] == "get_weather" and orjson.loads(call["arguments"]) == {
+            "city": "Paris"
+        }
+        assert reasoning(body) == {0: "Need the weather."}
+        assert content(body).get(0, "") == ""
+        assert finish_reasons(body) == {0: ["tool_calls"]}

@@ -8,7 +8,14 @@ import pytest
 
 from proxy.repair.conformance import stream_chunks, violations
 from tests.support.fake_upstream import load_transcript, transcript_names
-from tests.support.streams import assembled_calls, content, finish_reasons, repair_stream, sse
+from tests.support.streams import (
+    assembled_calls,
+    content,
+    finish_reasons,
+    reasoning,
+    repair_stream,
+    sse,
+)
 
 # Argument text already sent as fragments cannot be mended afterwards: in incremental mode
 # these transcripts come out as received (checked below), in atomic mode they are repaired.
@@ -33,6 +40,8 @@ def check_against_expectation(name: str, emit: str) -> None:
         index = expected["index"]
         assert reasons.get(index) == [expected["finish_reason"]]
         assert text.get(index, "") == expected["content"]
+        if "reasoning_content" in expected:  # reasoning the proxy moved out of the content
+            assert reasoning(out).get(index, "") == expected["reasoning_content"]
         got = calls.get(index, [])
         assert [c["name"] for c in got] == [c["name"] for c in expected["tool_calls"]]
         for call, want in zip(got, expected["tool_calls"], strict=True):
