@@ -42,7 +42,22 @@ machine lands on all targets alike (LiteLLM aside, see below):
 5. CPU: server CPU seconds (whole process tree, from /proc) per 10,000 upstream events, from
    a fixed load at concurrency 50, in rounds too;
 6. growth: RSS before and after 20,000 sequential exchanges (capped in time; the count done
-   is reported); not for do-nothing-httpx (about 23 s more, and not what it is there for).
+   is reported); not for do-nothing-httpx (about 23 s more, and not what it is there for);
+7. the text tool-call recogniser: two more streamfix processes, **markup-on** and
+   **markup-off**, the default config but for `upstream.text_tool_calls` (true / false),
+   measured against each other only: plain-text streams (no markup) to a request that declares
+   tools, so the recogniser watches every piece of content and finds nothing. Their output is
+   first checked to be the fake's text exactly (no tool calls, finish "stop"); then
+   throughput at c=50 (and c=1 in the full run) in rounds, the two taking turns and swapping
+   who goes first each round, best round each, the ratio on / off (issue: the recogniser costs
+   under 5 %, i.e. >= 0.95); then the time to the first content byte of a stream whose
+   upstream waits 20 ms between events, interleaved with direct: on and off less direct, and
+   on - off, which would be about 20 ms if the recogniser held back the first piece of plain
+   text waiting for the next one; and the recogniser's CPU per event in process (the default
+   repair chain over the same stream, on against off), as a share of markup-off's server CPU
+   per event. On 2 cores shared with other work, two identically configured servers differed by
+   up to 10 % in throughput and in CPU per event (an A/A run, both off: 1.09 and 0.90), so the
+   two-server ratios only catch a large cost; the in-process share is the steady figure.
 
 LiteLLM keeps working after each response (logging and callback tasks and threads), and on
 2 cores that work lands on whatever is measured next, not on all targets alike: interleaved
@@ -58,6 +73,7 @@ Under the table, the ratios: streamfix / litellm (added latency, CPU per event),
 do-nothing (throughput at c=50), streamfix / relay (added latency at the median, throughput at
 c=50: how far streamfix is from the floor; no latency ratio when the relay's added median is
 at or below 0, i.e. within noise of direct), and do-nothing / do-nothing-httpx.
+Under the ratios, the recogniser's figures (7.), and its two targets with issue 9's.
 Exit status: 0; 1 when streamfix's output failed a correctness check; 2 when the run was
 aborted (a target that would not start, a job past its time limit, the overall deadline).
 """
@@ -113,6 +129,24 @@ CLIENTS = ("do-nothing", "do-nothing-httpx")
 """The do-nothing proxy on its own HTTP/1.1 upstream client and on httpx's (`--compare-clients`
 only): the same server but for the client, so their ratio is the client's effect alone."""
 COLUMNS = {"do-nothing-httpx": "do-nothing (httpx)"}  # table headers other than the name
+MARKUP_TARGETS: dict[str, dict[str, dict[str, Any]]] = {
+    "markup-on": {"upstream": {"text_tool_calls": True}},
+    "markup-off": {"upstream": {"text_tool_calls": False}},
+}
+"""The recogniser's phase (7.): streamfix as configured by default (the recogniser is on by
+default) and the same with it off; in no other phase, so they change no other figure."""
+MARKUP_MODEL = f"perf-tools-text-{EVENTS}"
+"""Plain text, no markup; "tools" in the name makes the load generator declare tools."""
+MARKUP_GAP_MS = 20
+MARKUP_FIRST_MODEL = f"perf-tools-text-4-d{MARKUP_GAP_MS}"
+"""A short plain stream whose upstream waits MARKUP_GAP_MS between events: a first piece held
+back for the next one would arrive that much later."""
+MARKUP_CHECK_MODEL = "perf-tools-hermes-20"
+"""Text ending in a Hermes tool call written as content (bench/perf_fake.py): markup-on must
+turn it into a read_file call, markup-off must leave it as text, or the phase measures
+nothing."""
+MARKUP_FLOOR = 0.95
+"""The issue's target: the recogniser costs under 5 % of throughput (on / off >= 0.95)."""
 NO_GROWTH = frozenset({"do-nothing-httpx"})
 """Left out of the growth phase: 20,000 sequential exchanges take it about 23 s (up to
 `growth_seconds`), and it is in the run to compare speed, not to look for leaks; without it the
@@ -155,6 +189,12 @@ class Plan:
     hold_streams: int = 500
     growth_exchanges: int = 20_000
     growth_seconds: float = 45.0
+    markup_concurrency: tuple[int, ...] = (1, 50)
+    markup_rounds: int = 6
+    """Throughput rounds of the recogniser's phase: markup-on and markup-off alternate, each
+    going first in every other round."""
+    markup_requests: int = 150
+    """First-content-byte samples per target (each stream takes about 3 x MARKUP_GAP_MS)."""
     profile: tuple[tuple[str, int], ...] = (
         ("json", 10),
         ("text", 50),
@@ -176,6 +216,9 @@ QUICK = Plan(
     hold_streams=100,
     growth_exchanges=1_000,
     growth_seconds=5.0,
+    markup_concurrency=(50,),
+    markup_rounds=5,
+    markup_requests=40,
     profile=(("json", 10), ("text", 50), ("gtools", 50)),
     deadline_seconds=5 * 60,
 )
@@ -873,6 +916,306 @@ def phase_warmup(load: LoadGenerator, targets: list[Target]) -> None:
         load.run(job, 120)
 
 
+def plain_stream(body: str) -> tuple[str, int, list[str]]:
+    """A stream's content text, its tool-call entries counted, and its finish reasons."""
+    text, entries, finishes = "", 0, []
+    for chunk in stream_chunks(body.encode()):
+        if not isinstance(chunk, dict):
+            continue
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta") or {}
+            text += delta.get("content") or ""
+            entries += len(delta.get("tool_calls") or ())
+            if choice.get("finish_reason"):
+                finishes.append(choice["finish_reason"])
+    return text, entries, finishes
+
+
+def phase_markup(
+    load: LoadGenerator,
+    direct: Target,
+    pair: list[Target],
+    plan: Plan,
+    fake: int,
+    settler: Settler,
+) -> dict[str, Any]:
+    """The recogniser's cost on plain text with tools declared (7. in the docstring)."""
+    names = [t.name for t in pair]
+    out: dict[str, Any] = {
+        "model": MARKUP_MODEL,
+        "first_content_model": MARKUP_FIRST_MODEL,
+        "configs": {name: MARKUP_TARGETS[name] for name in names},
+        "problems": [],
+        "throughput": {},
+    }
+    progress(f"recogniser: {MARKUP_MODEL} through {', '.join(names)}, checked against direct")
+    settler.before(names, "recogniser: correctness")
+    bodies = {}
+    for target in [direct, *pair]:
+        job = {
+            "job": "sample",
+            "port": target.port,
+            "timeout": 30,
+            "models": [[MARKUP_MODEL, True]],
+        }
+        bodies[target.name] = load.run(job, 120)["bodies"][0]
+    want = plain_stream(bodies[direct.name]["body"])[0]
+    for target in pair:
+        sample = bodies[target.name]
+        if sample["status"] != 200:
+            out["problems"].append(f"{target.name}: status {sample['status']}")
+            continue
+        text, entries, finishes = plain_stream(sample["body"])
+        if text != want:
+            out["problems"].append(f"{target.name}: content differs from the fake's: {text[:80]!r}")
+        if entries or finishes != ["stop"]:
+            out["problems"].append(f"{target.name}: {entries} tool-call entries, {finishes}")
+    for target in pair:
+        job = {
+            "job": "sample",
+            "port": target.port,
+            "timeout": 30,
+            "models": [[MARKUP_CHECK_MODEL, True]],
+        }
+        sample = load.run(job, 120)["bodies"][0]
+        calls, finishes = calls_in(sample["body"]) if sample["status"] == 200 else ([], [])
+        called = [call["name"] for call in calls]
+        want_calls = (
+            ["read_file"] if MARKUP_TARGETS[target.name]["upstream"]["text_tool_calls"] else []
+        )
+        if called != want_calls or finishes != (["tool_calls"] if want_calls else ["stop"]):
+            out["problems"].append(
+                f"{target.name}: a Hermes call written as text gave calls {called}, finish "
+                f"{finishes} (expected {want_calls or 'none'}): is the recogniser on / off?"
+            )
+    for concurrency in plan.markup_concurrency:
+        progress(
+            f"recogniser: throughput at concurrency {concurrency}, {plan.markup_rounds} rounds"
+        )
+        parts: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+        for number in range(plan.markup_rounds):
+            order = pair if number % 2 == 0 else pair[::-1]
+            for target in order:
+                settler.before([target.name], f"recogniser c={concurrency}: {target.name}")
+                job = {
+                    "job": "load",
+                    "port": target.port,
+                    "model": MARKUP_MODEL,
+                    "concurrency": concurrency,
+                    "seconds": plan.window,
+                    "warmup": plan.warmup,
+                    "timeout": 60,
+                    "pids": pids(target, fake),
+                }
+                parts[target.name].append(load.run(job, plan.window + 240))
+        level: dict[str, Any] = {}
+        for name, rounds in parts.items():
+            result = combine(rounds)
+            rates = [r["requests"] / r["seconds"] for r in rounds]
+            result["events_per_s_by_round"] = [rate * EVENTS for rate in rates]
+            result["events_per_s"] = max(rates) * EVENTS
+            server, events = result["cpu"].get("server"), result["requests"] * EVENTS
+            result["server_cpu_per_10k_events"] = (
+                server * 10_000 / events if server is not None and events else None
+            )
+            level[name] = result
+        out["throughput"][str(concurrency)] = level
+    members = [direct, *pair]
+    progress(
+        f"recogniser: first content byte, {plan.markup_requests} streams per target "
+        f"({MARKUP_GAP_MS} ms between upstream events), interleaved with direct"
+    )
+    settler.before(names, "recogniser: first content byte")
+    job = {
+        "job": "latency",
+        "targets": {t.name: t.port for t in members},
+        "pids": {t.name: t.pid for t in members if t.pid is not None},
+        "kinds": [["first_content", MARKUP_FIRST_MODEL, True]],
+        "warmup": 5,
+        "requests": plan.markup_requests,
+        "timeout": 30,
+        "content": True,
+    }
+    budget = 60 + (plan.markup_requests + 5) * len(members) * (0.5 + 4 * MARKUP_GAP_MS / 1000)
+    out["first_content"] = load.run(job, budget)["first_content"]
+    progress("recogniser: its CPU per event in process (the repair chain, on and off)")
+    try:
+        out["in_process"] = recogniser_in_process()
+    except Exception as exc:  # the proxy's internals moved: say so, measure the rest
+        out["in_process"] = {"error": f"{type(exc).__name__}: {exc}"}
+    return out
+
+
+def recogniser_in_process(rounds: int = 25, streams: int = 80) -> dict[str, Any]:
+    """The recogniser's CPU alone, in this process: the default repair chain over the fake's
+    plain 50-event stream (tools declared, each chunk parsed as the server does), a fresh
+    chain per stream, with `text_tool_calls` on and off, interleaved; the best round each.
+    Far steadier than two servers' throughput on a machine shared with other work."""
+    import orjson
+    from perf_fake import text_events
+    from perf_load import TOOLS
+
+    from proxy.repair.exchange import Exchange
+    from proxy.repair.markup.rules import MarkupRules
+    from proxy.repair.pipeline import RepairChain
+    from proxy.repair.receipts.store import MemoryStore
+    from proxy.repair.repairs import default_repairs
+    from proxy.settings.schema import Settings
+
+    settings = Settings()
+    raws = [event[len(b"data: ") :].strip() for event in text_events(MARKUP_MODEL, EVENTS)]
+    request = {"model": MARKUP_MODEL, "messages": [{"role": "user", "content": "hi"}]}
+    request["tools"] = TOOLS
+    store = MemoryStore(max_entries=100, ttl_seconds=60)
+
+    def one_stream(on: bool) -> int:
+        exchange = Exchange(
+            request_id="bench", request=dict(request), markup=MarkupRules(tool_calls=on)
+        )
+        chain = RepairChain(default_repairs(settings, exchange, store))
+        out = 0
+        for raw in raws:
+            out += len(chain.on_chunk(orjson.loads(raw), raw))
+        return out
+
+    best: dict[str, float] = {}
+    for _ in range(rounds):
+        for label, on in (("on", True), ("off", False)):
+            started = time.process_time()
+            for _ in range(streams):
+                one_stream(on)
+            per_event = (time.process_time() - started) / (streams * EVENTS)
+            best[label] = min(best.get(label, per_event), per_event)
+    return {"cpu_s_per_event": best, "streams_per_round": streams, "rounds": rounds}
+
+
+def markup_figures(results: dict[str, Any]) -> dict[str, Any]:
+    """The recogniser's headline figures, from perf.json's "markup" (empty when not run)."""
+    markup = results.get("markup") or {}
+    if not markup.get("throughput"):
+        return {}
+    on, off = MARKUP_TARGETS
+    out: dict[str, Any] = {"throughput": {}}
+    for concurrency, level in markup["throughput"].items():
+        a, b = level.get(on), level.get(off)
+        if a and b:
+            out["throughput"][concurrency] = {
+                "on": a["events_per_s"],
+                "off": b["events_per_s"],
+                "ratio": a["events_per_s"] / b["events_per_s"] if b["events_per_s"] else None,
+                "cpu_on": a["server_cpu_per_10k_events"],
+                "cpu_off": b["server_cpu_per_10k_events"],
+                "errors": a["errors"] + a["incomplete"] + b["errors"] + b["incomplete"],
+            }
+    first = markup.get("first_content") or {}
+    base = (first.get(BASELINE) or {}).get("ttfc") or {}
+    for name, key in ((on, "on"), (off, "off")):
+        mine = (first.get(name) or {}).get("ttfc") or {}
+        if mine and base:
+            out[f"ttfc_{key}"] = (mine["median"] - base["median"], mine["p99"] - base["p99"])
+    if "ttfc_on" in out and "ttfc_off" in out:
+        out["ttfc_on_minus_off"] = out["ttfc_on"][0] - out["ttfc_off"][0]
+    chain = (markup.get("in_process") or {}).get("cpu_s_per_event")
+    level = markup["throughput"].get("50", {}).get(off) or {}
+    server = level.get("server_cpu_per_10k_events")
+    if chain and server:
+        added = chain["on"] - chain["off"]
+        out["in_process"] = {"added": added, "server": server / 10_000}
+        out["in_process"]["share"] = added / (server / 10_000)
+    return out
+
+
+def markup_lines(results: dict[str, Any]) -> list[str]:
+    figures = markup_figures(results)
+    if not figures:
+        return []
+    on, off = MARKUP_TARGETS
+    lines = [
+        f"text tool-call recogniser (7.): plain-text streams, tools declared; {on} / {off} = "
+        "default config with upstream.text_tool_calls = true / false:"
+    ]
+    for concurrency, f in figures["throughput"].items():
+        cpu = (
+            f"; server CPU-s per 10k events {f['cpu_on']:.2f} / {f['cpu_off']:.2f}"
+            if f["cpu_on"] is not None and f["cpu_off"] is not None
+            else ""
+        )
+        lines.append(
+            f"  throughput c={concurrency}, events/s: on {f['on']:,.0f}, off {f['off']:,.0f}, "
+            f"on / off {ratio(f['on'], f['off'])}{cpu}"
+            + (f", on / off {ratio(f['cpu_on'], f['cpu_off'])}" if cpu else "")
+            + (" !" if f["errors"] else "")
+        )
+    if "ttfc_on" in figures and "ttfc_off" in figures:
+        a, b = figures["ttfc_on"], figures["ttfc_off"]
+        lines.append(
+            f"  added time to first content byte, ms, median / p99 (less direct): on "
+            f"{ms(a[0])} / {ms(a[1])}, off {ms(b[0])} / {ms(b[1])}; on - off median "
+            f"{ms(figures['ttfc_on_minus_off'])} (a held-back first piece: +{MARKUP_GAP_MS})"
+        )
+    chain = figures.get("in_process")
+    if chain:
+        lines.append(
+            f"  in process: the recogniser adds {chain['added'] * 1e6:.2f} µs of CPU per event to "
+            f"the repair chain, {chain['share']:.1%} of {off}'s server CPU per event at c=50 "
+            f"({chain['server'] * 1e6:.1f} µs)"
+        )
+    error = ((results.get("markup") or {}).get("in_process") or {}).get("error")
+    if error:
+        lines.append(f"  in process: not measured ({error})")
+    for problem in (results.get("markup") or {}).get("problems", []):
+        lines.append(f"  problem: {problem}")
+    return lines
+
+
+def markup_goals(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
+    figures = markup_figures(results)
+    found: list[tuple[str, str, bool | None]] = []
+    level = figures.get("throughput", {}).get("50")
+    if level and level["ratio"] is not None:
+        found.append(
+            (
+                f"recogniser costs < 5 % throughput (c=50, on / off >= {MARKUP_FLOOR})",
+                f"{level['ratio']:.3f}x",
+                level["ratio"] >= MARKUP_FLOOR,
+            )
+        )
+    if level and level["cpu_on"] and level["cpu_off"]:
+        # The same cost as server CPU per event: on a shared machine throughput rounds swing
+        # with whatever else runs, CPU per event much less.
+        share = level["cpu_on"] / level["cpu_off"]
+        found.append(
+            (
+                f"recogniser server CPU per event (c=50, on / off <= {1 / MARKUP_FLOOR:.3f})",
+                f"{share:.3f}x",
+                share <= 1 / MARKUP_FLOOR,
+            )
+        )
+    chain = figures.get("in_process")
+    if chain:
+        found.append(
+            (
+                "recogniser CPU (in process) < 5 % of the server's CPU per event",
+                f"{chain['share']:.1%}",
+                chain["share"] < 1 - MARKUP_FLOOR,
+            )
+        )
+    if "ttfc_on_minus_off" in figures:
+        held = figures["ttfc_on_minus_off"]
+        limit = MARKUP_GAP_MS / 4 / 1000
+        found.append(
+            (
+                f"recogniser holds back nothing on plain text (first content, on - off median "
+                f"< {MARKUP_GAP_MS / 4:g} ms)",
+                f"{ms(held)} ms",
+                held < limit,
+            )
+        )
+    if (results.get("markup") or {}).get("problems"):
+        found.append(("recogniser passes plain text through unchanged", "see problems", False))
+    return found
+
+
 # ── profile ──────────────────────────────────────────────────────────────────
 
 
@@ -1314,7 +1657,7 @@ def goals(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
                 (grew <= 5) if full else None,
             )
         )
-    return found
+    return found + markup_goals(results)
 
 
 def own_block_notes(lat: dict) -> list[str]:
@@ -1365,6 +1708,9 @@ def report(results: dict[str, Any], names: list[str]) -> str:
         "ratios:",
     ]
     lines += [f"  {k}: {v}" for k, v in results["ratios"].items()]
+    recogniser = markup_lines(results)
+    if recogniser:
+        lines += ["", *recogniser]
     lines += ["", "issue 9 targets (streamfix):"]
     for label, figure, met in results["goals"]:
         mark = "n/a" if met is None else ("met" if met else "MISSED")
@@ -1471,6 +1817,11 @@ def main() -> int:
             for name, config in STREAMFIX_CONFIGS.items()
             if name != CLIENTS[1] or args.compare_clients
         ]
+        markup_pair = [
+            start_streamfix(name, free_port(), upstream, config, work)
+            for name, config in MARKUP_TARGETS.items()
+        ]
+        processes += [t.process for t in markup_pair if t.process is not None]
         if not args.no_litellm:
             venv = Path(args.litellm_venv).resolve()
             candidates.append(start_litellm(free_port(), upstream, work, venv, args.litellm_spec))
@@ -1490,6 +1841,13 @@ def main() -> int:
                 stop(target.process)
                 continue
             targets.append(target)
+        ready_pair = []
+        for target in markup_pair:
+            try:
+                wait_ready(target, 30)
+                ready_pair.append(target)
+            except Failed as exc:
+                results["problems"].append(f"{target.name}: {exc} (recogniser phase not run)")
         missing = {RELAY, "do-nothing", "streamfix"} - {t.name for t in targets}
         if missing:
             raise Failed(f"could not start {', '.join(sorted(missing))}")
@@ -1509,7 +1867,7 @@ def main() -> int:
 
         load = LoadGenerator()
         processes.append(load.process)
-        servers = {t.name: t.pid for t in targets if t.pid is not None}
+        servers = {t.name: t.pid for t in [*targets, *ready_pair] if t.pid is not None}
         settler = Settler({**servers, "fake": fake.pid})
         results["settle"] = settler.record()
         results["correctness"] = [correctness(load, targets, "before the load")]
@@ -1519,6 +1877,12 @@ def main() -> int:
         results["throughput"] = phase_throughput(load, targets, plan, fake.pid, settler)
         results["cpu"] = phase_cpu(load, targets, plan, fake.pid, settler)
         results["growth"] = phase_growth(load, targets, plan, settler)
+        if len(ready_pair) == len(MARKUP_TARGETS):
+            phase_warmup(load, ready_pair)
+            results["markup"] = phase_markup(load, targets[0], ready_pair, plan, fake.pid, settler)
+            results["targets"].update(
+                {t.name: {"port": t.port, "pid": t.pid, "command": t.note} for t in ready_pair}
+            )
         results["correctness"].append(correctness(load, targets, "after the load"))
         for check in results["correctness"]:
             problems = [p for kind in check["targets"]["streamfix"].values() for p in kind]
@@ -1527,6 +1891,10 @@ def main() -> int:
                 results["problems"].append(
                     f"streamfix output failed the checks {check['when']}: {problems[:3]}"
                 )
+        recogniser = (results.get("markup") or {}).get("problems") or []
+        if recogniser:
+            status = 1
+            results["problems"].append(f"the recogniser changed plain text: {recogniser[:3]}")
         results["seconds"] = time.monotonic() - began
         results["machine"]["loadavg_end"] = os.getloadavg()
         results["ratios"] = ratios(results)

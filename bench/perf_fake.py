@@ -16,6 +16,10 @@ What is answered is chosen by the request's `model`, the one field every proxy f
 - `kind` `otools`: n events of OpenAI-style fragmented tool calls: indexed entries, the first
   with id/type/name and empty arguments, then many small argument fragments; finish
   "tool_calls";
+- `kind` `hermes`: n events of plain text whose last text events carry a Hermes tool call
+  written as content (`<tool_call>{"name": "read_file", …}</tool_call>`, cut in pieces), finish
+  "stop": what a server whose tool parser missed sends (the recogniser phase checks with it
+  that the recogniser is on where it should be);
 - `kind` `json` (or any kind with `"stream": false`): one non-streamed completion;
 - `-d<ms>`: sleep that long between events (only the memory phase uses it, to hold streams open).
 
@@ -41,7 +45,7 @@ from typing import Any
 
 import orjson
 
-MODEL = re.compile(r"(text|gtools|otools|json)-(\d+)(?:-d(\d+))?$")
+MODEL = re.compile(r"(text|gtools|otools|hermes|json)-(\d+)(?:-d(\d+))?$")
 CREATED = 1_774_894_020
 SIGNATURE = "CnsBVKhY3Q0wVb6kU9yR3nX8mZ1aD4eF7gJ0hK2lP5oS8qT1uW4vY7zA0cB3dE6fG9hI2jK5lM8nO1" * 2
 WORDS = ("The ", "quick ", "brown ", "fox ", "jumps ", "over ", "the ", "lazy ", "dog. ")
@@ -75,6 +79,20 @@ def text_events(model: str, n: int) -> list[bytes]:
     events += [_chunk(model, {"content": WORDS[i % len(WORDS)]}) for i in range(1, n - 1)]
     events.append(_chunk(model, {}, "stop", usage=USAGE))
     return events[:n]
+
+
+HERMES_CALL = '<tool_call>\n{"name": "read_file", "arguments": {"path": "a.txt"}}\n</tool_call>'
+
+
+def hermes_events(model: str, n: int) -> list[bytes]:
+    """Plain text, then HERMES_CALL in 8-character pieces as content, finish "stop"."""
+    markup = [HERMES_CALL[i : i + 8] for i in range(0, len(HERMES_CALL), 8)]
+    words = max(1, n - 1 - len(markup))
+    events = [_chunk(model, {"role": "assistant", "content": WORDS[0]})]
+    events += [_chunk(model, {"content": WORDS[i % len(WORDS)]}) for i in range(1, words)]
+    events += [_chunk(model, {"content": piece}) for piece in markup]
+    events.append(_chunk(model, {}, "stop", usage=USAGE))
+    return events
 
 
 def _arguments(call: int, pieces: int) -> list[str]:
@@ -184,7 +202,12 @@ def events_for(model: str) -> list[bytes] | None:
     if match is None or match[1] == "json":
         return None
     kind, n = match[1], max(2, int(match[2]))
-    build = {"text": text_events, "gtools": gemini_tool_events, "otools": openai_tool_events}
+    build = {
+        "text": text_events,
+        "gtools": gemini_tool_events,
+        "otools": openai_tool_events,
+        "hermes": hermes_events,
+    }
     return build[kind](model, n)
 
 

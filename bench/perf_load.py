@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import socket
 import sys
 import time
@@ -29,6 +30,8 @@ from perf_procs import HOST, cpu_seconds, own_cpu_seconds, rss_bytes
 
 now = time.perf_counter
 DONE = b"data: [DONE]\n\n"
+CONTENT = re.compile(rb'"content":\s*"(?!")')
+"""A chunk's first non-empty `content` string: where the first content byte arrives."""
 TOOLS = [
     {
         "type": "function",
@@ -83,6 +86,9 @@ class Result:
     complete: bool
     """A stream that ended with `data: [DONE]`, or any whole non-streamed body."""
     body: bytes | None = None
+    ttfc: float = 0.0
+    """Seconds from writing the request to the body data with the first content byte (a
+    non-empty `"content":"…"`); only measured when asked, 0.0 when none came."""
 
 
 @dataclass(slots=True)
@@ -109,11 +115,16 @@ class Connection:
         self.reader = self.writer = None
 
     async def request(
-        self, raw: bytes, keep: bool = False, first: Any = None, meter: Meter | None = None
+        self,
+        raw: bytes,
+        keep: bool = False,
+        first: Any = None,
+        meter: Meter | None = None,
+        content: bool = False,
     ) -> Result:
         """Send `raw`, read the whole response. `first`, when given, is called at the first
         body byte (the hold phase counts streams that are open); `meter` counts body bytes
-        as they arrive."""
+        as they arrive; `content` times the first content byte of a stream (`Result.ttfc`)."""
         if self.writer is None:
             await self.open()
         reader, writer = self.reader, self.writer
@@ -135,10 +146,11 @@ class Connection:
                 close = b"close" in value.lower()
         parts: list[bytes] = []
         size = 0
-        ttfb = 0.0
+        ttfb = ttfc = 0.0
         complete = False
         if chunked:
             tail = b""
+            carry = b""  # the end of the previous chunk: a match may straddle two
             while True:
                 line = await reader.readuntil(b"\r\n")
                 n = int(line.split(b";", 1)[0], 16)
@@ -153,6 +165,10 @@ class Connection:
                 size += n
                 if meter is not None:
                     meter.bytes += n
+                if content and not ttfc:
+                    if CONTENT.search(carry + data[:-2]):
+                        ttfc = now() - started
+                    carry = data[-34:-2]
                 tail = (tail + data[:-2])[-len(DONE) :]
                 if keep:
                     parts.append(data[:-2])
@@ -175,7 +191,8 @@ class Connection:
         ttlb = now() - started
         if close:
             self.close()
-        return Result(status, ttfb, ttlb, size, complete, b"".join(parts) if keep else None)
+        body = b"".join(parts) if keep else None
+        return Result(status, ttfb, ttlb, size, complete, body, ttfc)
 
 
 def quantiles(values: list[float]) -> dict[str, float]:
@@ -231,7 +248,9 @@ async def latency(job: dict[str, Any]) -> dict[str, Any]:
     """Concurrency 1, the job's targets interleaved request by request (one keep-alive
     connection each), so every target sees the same moments of a noisy machine. perf.py
     leaves out of a job the targets that keep working after a response (LiteLLM): that work
-    would land on the next target's request, not on the machine alike."""
+    would land on the next target's request, not on the machine alike. With `content`, also
+    the time to the first content byte of each stream (`ttfc`; a stream without content
+    counts as infinitely late)."""
     targets: dict[str, int] = job["targets"]
     pids: dict[str, int] = job.get("pids", {})
     out: dict[str, Any] = {}
@@ -239,14 +258,16 @@ async def latency(job: dict[str, Any]) -> dict[str, Any]:
         cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
         connections = {name: Connection(port) for name, port in targets.items()}
         raws = {name: request_bytes(port, model, stream) for name, port in targets.items()}
-        samples: dict[str, tuple[list[float], list[float]]] = {n: ([], []) for n in targets}
+        # ttfb, ttlb and (with `content`) the first content byte, per target
+        samples: dict[str, tuple[list[float], ...]] = {n: ([], [], []) for n in targets}
+        content = bool(job.get("content"))
         tallies = {name: Tally() for name in targets}
         try:
             for number in range(job["warmup"] + job["requests"]):
                 for name, connection in connections.items():
                     try:
                         result = await asyncio.wait_for(
-                            connection.request(raws[name]), job["timeout"]
+                            connection.request(raws[name], content=content), job["timeout"]
                         )
                     except (OSError, asyncio.IncompleteReadError, TimeoutError) as exc:
                         tallies[name].fail(exc)
@@ -258,6 +279,8 @@ async def latency(job: dict[str, Any]) -> dict[str, Any]:
                     if result.status == 200 and result.complete:
                         samples[name][0].append(result.ttfb)
                         samples[name][1].append(result.ttlb)
+                        if content:
+                            samples[name][2].append(result.ttfc or float("inf"))
         finally:
             for connection in connections.values():
                 connection.close()
@@ -267,6 +290,7 @@ async def latency(job: dict[str, Any]) -> dict[str, Any]:
             name: {
                 "ttfb": quantiles(samples[name][0]),
                 "ttlb": quantiles(samples[name][1]),
+                **({"ttfc": quantiles(samples[name][2])} if content else {}),
                 "errors": tallies[name].errors + tallies[name].incomplete,
                 "problems": tallies[name].problems,
                 "server_cpu_per_request": cpu.get(name),

@@ -138,9 +138,11 @@ def run_vercel_agent(
     messages: list[dict[str, Any]] | None = None,
     api_key: str = "test-key",
     timeout: float = 90,
+    mode: str = "stream",
 ) -> dict[str, Any]:
     """Run the SDK's own agent loop: tools named in `execute` return that result, and
-    `streamText` continues until `stopWhen: stepCountIs(max_steps)` or a step without calls.
+    `streamText` (`mode="generate"`: `generateText`) continues until
+    `stopWhen: stepCountIs(max_steps)` or a step without calls.
 
     `messages` (ModelMessage JSON, e.g. an earlier run's "responseMessages" plus a new user
     message) replaces `prompt`. Returns run_vercel()'s keys (toolCalls and text over all
@@ -150,8 +152,11 @@ def run_vercel_agent(
                  "finishReason", "rawFinishReason"}], one per model call that finished;
       "apiErrors": [{"name", "status", "body", "url"}], the HTTP errors (APICallError) the
                  endpoint answered with (each is in "errors" as a string too);
-      "responseMessages": the run's response messages, to continue the conversation.
+      "responseMessages": the run's response messages, to continue the conversation;
+      "executed": [{"toolName", "input"}], each call of a tool's execute, in order.
     """
+    if mode not in ("stream", "generate"):
+        raise ValueError(f"unknown mode {mode!r}; expected 'stream' or 'generate'")
     request: dict[str, Any] = {
         "sdk": sdk,
         "baseURL": base_url,
@@ -161,6 +166,8 @@ def run_vercel_agent(
         "execute": execute,
         "maxSteps": max_steps,
     }
+    if mode == "generate":
+        request["mode"] = "generate"
     if messages is not None:
         request["messages"] = messages
     else:

@@ -9,7 +9,9 @@
 //                                        "responseMessages" plus a new user message),
 //          "execute": {"toolName": <result JSON>}  tools named here get an `execute`
 //                                        returning that result, so the SDK runs an agent loop,
-//          "maxSteps": N                 stopWhen: stepCountIs(N) (default: ai's, 1 step)}
+//          "maxSteps": N                 stopWhen: stepCountIs(N) (default: ai's, 1 step),
+//          "mode": "generate"            generateText instead of streamText (the steps are
+//                                        read from the result; "stream" is the default)}
 // stdout: one JSON line {"toolCalls", "errors", "finishReason", "text",
 //          "rawFinishReason", "steps", "apiErrors", "responseMessages"}; exit 0
 //          whenever that line was printed.
@@ -20,6 +22,8 @@
 //   apiErrors: [{"name", "status", "body", "url"}] for every APICallError (an HTTP error
 //          from the endpoint; also listed as a string in "errors").
 //   responseMessages: the run's response messages (ModelMessage JSON), [] when unavailable.
+//   executed: [{"toolName", "input"}] for every call of a tool's `execute`, in order: what
+//          the SDK itself ran the tool with.
 
 // Each release pair is installed under npm aliases (see package.json).
 const SDKS = {
@@ -63,7 +67,7 @@ async function main() {
   if (!names) throw new Error(`unknown sdk ${JSON.stringify(req.sdk)}; use one of ${Object.keys(SDKS)}`);
   const { createOpenAICompatible } = await import(names.provider);
   const ai = await import(names.ai);
-  const { streamText, tool, jsonSchema } = ai;
+  const { streamText, generateText, tool, jsonSchema } = ai;
   // ai 5 and 6 name it stepCountIs; ai 7 calls it isStepCount and keeps stepCountIs as an alias.
   const stepCountIs = ai.stepCountIs ?? ai.isStepCount;
 
@@ -71,13 +75,21 @@ async function main() {
   // Without `execute` the SDK only parses and validates the calls, like a client
   // that hands them back to the app. ai 5, 6 and 7 all name the schema `inputSchema`.
   const execute = req.execute ?? {};
+  const executed = [];
   const tools = Object.fromEntries(
     (req.tools ?? []).map((t) => [
       t.name,
       tool({
         description: t.description ?? "",
         inputSchema: jsonSchema(t.parameters ?? { type: "object", properties: {} }),
-        ...(Object.hasOwn(execute, t.name) ? { execute: async () => execute[t.name] } : {}),
+        ...(Object.hasOwn(execute, t.name)
+          ? {
+              execute: async (input) => {
+                executed.push({ toolName: t.name, input });
+                return execute[t.name];
+              },
+            }
+          : {}),
       }),
     ]),
   );
@@ -91,12 +103,18 @@ async function main() {
     steps: [],
     apiErrors: [],
     responseMessages: [],
+    executed,
   };
   const invalidIds = new Set();
   const newStep = () => ({ toolCalls: [], toolResults: [], text: "", finishReason: null, rawFinishReason: null });
   let step = newStep();
   let result;
   let threw = false;
+  if (req.mode === "generate") {
+    await generate(generateText, { provider, req, tools, stepCountIs, out, invalidIds, newStep });
+    process.stdout.write(JSON.stringify(out) + "\n");
+    return;
+  }
   try {
     result = streamText({
       model: provider(req.model),
@@ -187,6 +205,63 @@ async function main() {
     }
   }
   process.stdout.write(JSON.stringify(out) + "\n");
+}
+
+// generateText: the same report, built from the result's steps once the run is over.
+async function generate(generateText, { provider, req, tools, stepCountIs, out, invalidIds, newStep }) {
+  let result;
+  try {
+    result = await generateText({
+      model: provider(req.model),
+      ...(req.messages ? { messages: req.messages } : { prompt: req.prompt ?? "go" }),
+      tools,
+      maxRetries: 0,
+      ...(req.maxSteps ? { stopWhen: stepCountIs(req.maxSteps) } : {}),
+    });
+  } catch (error) {
+    out.errors.push(`generate threw: ${message(error)}`);
+    const api = apiError(error);
+    if (api) out.apiErrors.push(api);
+    return;
+  }
+  for (const done of result.steps ?? []) {
+    const step = newStep();
+    for (const part of done.content ?? []) {
+      switch (part.type) {
+        case "text":
+          out.text += part.text;
+          step.text += part.text;
+          break;
+        case "tool-call":
+          if (part.invalid) {
+            invalidIds.add(part.toolCallId);
+            out.errors.push(
+              `invalid tool call ${part.toolName} (${part.toolCallId}): ${message(part.error)}`,
+            );
+          } else {
+            const call = { toolCallId: part.toolCallId, toolName: part.toolName, input: part.input };
+            out.toolCalls.push(call);
+            step.toolCalls.push({ ...call, providerMetadata: part.providerMetadata ?? null });
+          }
+          break;
+        case "tool-result":
+          step.toolResults.push({ toolCallId: part.toolCallId, toolName: part.toolName, output: part.output });
+          break;
+        case "tool-error":
+          if (!invalidIds.has(part.toolCallId)) {
+            out.errors.push(`tool error ${part.toolName} (${part.toolCallId}): ${message(part.error)}`);
+          }
+          break;
+      }
+    }
+    step.finishReason = done.finishReason ?? null;
+    step.rawFinishReason = done.rawFinishReason ?? null;
+    out.steps.push(step);
+  }
+  out.finishReason = result.finishReason ?? null;
+  out.rawFinishReason = result.rawFinishReason ?? null;
+  // ai 7 has responseMessages; ai 5 and 6 only response.messages.
+  out.responseMessages = result.responseMessages ?? result.response?.messages ?? [];
 }
 
 main().catch((error) => {
