@@ -106,7 +106,7 @@ class _Inliner:
 
 def _cut(target: Schema, ref: str, siblings: Schema) -> Schema:
     kind = target.get("type")
-    name = ref.rsplit("/", 1)[-1] or "the whole schema"
+    name = ref.rsplit("/", 1)[-1] if "/" in ref else "the whole schema"
     description = siblings.get("description", target.get("description"))
     return {
         "type": kind if isinstance(kind, str) else "object",

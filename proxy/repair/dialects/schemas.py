@@ -43,7 +43,11 @@ opencode#37496):
     anyOf items instead of the parent schema`; the parent's type moves into each branch that
     has none;
   - the root's `type` "is required and must be \"object\"" (MiqroForge-Desktop#1165);
-  - `$ref`s are inlined (see refs.py for the two rejections quoted).
+  - `$ref`s are inlined (see refs.py for the two rejections quoted);
+  - `allOf` is merged here: Moonshot merges it itself and fails on what it cannot merge
+    ("Conflict in schema definitions for key 'if'", pi#5822), and a node holding only `allOf`
+    has no `type`; `oneOf` is checked like `anyOf` (root-level `oneOf` schemas fail with the
+    `anyOf` message, FTShare-MCP#7) and becomes `anyOf`, so that rule covers it.
 """
 
 from __future__ import annotations
@@ -147,6 +151,8 @@ DIALECTS: dict[str, Dialect] = {
     "moonshot": Dialect(
         "moonshot",
         inline_refs=True,
+        one_of_to_any_of=True,
+        merge_all_of=True,
         type_everywhere=True,
         no_type_beside_any_of=True,
         root_type="always",
@@ -212,17 +218,18 @@ class _Rewrite:
 
     def _merge_all_of(self, node: Schema, notes: list[str], root: bool) -> bool:
         """Gemini has no `allOf`: its branches' keywords join the node. `properties` and
-        `required` are unions; for any other keyword the node's own value, then the first
+        `required` are unions (a property two branches define is both: an `allOf` of its two
+        schemas, merged in turn when it is visited); for any other keyword the node's own value, then the first
         branch's, stands, and a different value from a later branch goes into the
         description."""
         branches = node.get("allOf")
         if not isinstance(branches, list) or not all(isinstance(b, dict) for b in branches):
             return False
         del node["allOf"]
-        for branch in branches:
+        for branch in _flattened(branches):
             for key, value in branch.items():
                 if key == "properties" and isinstance(value, dict):
-                    node["properties"] = {**value, **node.get("properties", {})}
+                    node["properties"] = _joined(node.get("properties", {}), value)
                 elif key == "required" and isinstance(value, list):
                     have = node.get("required", [])
                     node["required"] = [*have, *(name for name in value if name not in have)]
@@ -350,6 +357,29 @@ class _Rewrite:
         node["type"] = kind
         self._kinds.append(TYPE_ADDED_KIND)
         return True
+
+
+def _flattened(branches: list[Schema]) -> list[Schema]:
+    """`allOf` branches with their own `allOf`s spread out: all of them hold at once."""
+    out: list[Schema] = []
+    for branch in branches:
+        inner = branch.get("allOf")
+        if isinstance(inner, list) and all(isinstance(b, dict) for b in inner):
+            out.append({key: value for key, value in branch.items() if key != "allOf"})
+            out += _flattened(inner)
+        else:
+            out.append(branch)
+    return out
+
+
+def _joined(have: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
+    out = dict(have)
+    for name, sub in more.items():
+        if name not in out or out[name] == sub:
+            out[name] = sub if name not in out else out[name]
+        elif isinstance(out[name], dict) and isinstance(sub, dict):
+            out[name] = {"allOf": [out[name], sub]}
+    return out
 
 
 def _is_null(branch: Any) -> bool:
