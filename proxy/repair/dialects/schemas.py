@@ -70,7 +70,7 @@ from proxy.repair.dialects.kinds import (
 )
 from proxy.repair.dialects.notes import phrase, with_notes
 from proxy.repair.dialects.refs import inline_refs
-from proxy.repair.dialects.walk import Schema, map_children
+from proxy.repair.dialects.walk import ONE, Schema, map_children
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,9 +218,10 @@ class _Rewrite:
 
     def _merge_all_of(self, node: Schema, notes: list[str], root: bool) -> bool:
         """Gemini has no `allOf`: its branches' keywords join the node. `properties` and
-        `required` are unions (a property two branches define is both: an `allOf` of its two
-        schemas, merged in turn when it is visited); for any other keyword the node's own value, then the first
-        branch's, stands, and a different value from a later branch goes into the
+        `required` are unions; a property or subschema two branches define is both (an
+        `allOf` of the two, merged in turn when it is visited), two `anyOf`s are every pair
+        (up to `MAX_CROSSED` branches); for any other keyword the node's own value, then the
+        first branch's, stands, and a different value from a later branch goes into the
         description."""
         branches = node.get("allOf")
         if not isinstance(branches, list) or not all(isinstance(b, dict) for b in branches):
@@ -235,15 +236,29 @@ class _Rewrite:
                     node["required"] = [*have, *(name for name in value if name not in have)]
                 elif key not in node:
                     node[key] = value
-                elif node[key] != value and key != "description":
+                elif node[key] == value or key == "description":
+                    continue
+                elif key in ONE and isinstance(node[key], dict) and isinstance(value, dict):
+                    node[key] = {"allOf": [node[key], value]}
+                elif key == "anyOf" and _crossable(node[key], value):
+                    # (a1 or a2) and (b1 or b2): each pair, as an `allOf` merged in its turn.
+                    node[key] = [{"allOf": [a, b]} for a in node[key] for b in value]
+                else:
                     notes.append(phrase(key, value))
         self._kinds.append(ALL_OF_MERGED_KIND)
         return True
 
     def _one_of(self, node: Schema, notes: list[str], root: bool) -> bool:
-        if "oneOf" not in node or "anyOf" in node:
-            return False  # both: `oneOf` is then handled as an unaccepted keyword
-        node["anyOf"] = node.pop("oneOf")
+        if "oneOf" not in node:
+            return False
+        if "anyOf" not in node:
+            node["anyOf"] = node.pop("oneOf")
+        elif _crossable(node["anyOf"], node["oneOf"]):
+            # Both hold: every pair of branches, as an `allOf` merged in its turn.
+            one_of = node.pop("oneOf")
+            node["anyOf"] = [{"allOf": [a, b]} for a in node["anyOf"] for b in one_of]
+        else:
+            return False  # `oneOf` is then written into the description
         self._kinds.append(ONE_OF_KIND)
         return True
 
@@ -359,6 +374,18 @@ class _Rewrite:
         return True
 
 
+MAX_CROSSED = 32
+
+
+def _crossable(have: Any, more: Any) -> bool:
+    return (
+        isinstance(have, list)
+        and isinstance(more, list)
+        and all(isinstance(b, dict) for b in [*have, *more])
+        and len(have) * len(more) <= MAX_CROSSED
+    )
+
+
 def _flattened(branches: list[Schema]) -> list[Schema]:
     """`allOf` branches with their own `allOf`s spread out: all of them hold at once."""
     out: list[Schema] = []
@@ -373,11 +400,12 @@ def _flattened(branches: list[Schema]) -> list[Schema]:
 
 
 def _joined(have: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
+    """Two `properties` maps as one; a name in both with different schemas holds both."""
     out = dict(have)
     for name, sub in more.items():
-        if name not in out or out[name] == sub:
-            out[name] = sub if name not in out else out[name]
-        elif isinstance(out[name], dict) and isinstance(sub, dict):
+        if name not in out:
+            out[name] = sub
+        elif out[name] != sub and isinstance(out[name], dict) and isinstance(sub, dict):
             out[name] = {"allOf": [out[name], sub]}
     return out
 

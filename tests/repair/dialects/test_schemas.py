@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from proxy.repair.dialects.refs import RECURSION_DEPTH
 from proxy.repair.dialects.schemas import DIALECTS, rewrite_schema
 from tests.repair.dialects.accepts import gemini_violations, moonshot_violations, property_paths
+from tests.repair.dialects.samples import ALREADY_FINE, EDIT_TOOL, MCP_TOOL
 
 GEMINI = DIALECTS["gemini"]
 MOONSHOT = DIALECTS["moonshot"]
@@ -204,7 +205,8 @@ def test_constraints_gemini_cannot_take_are_written_into_the_description() -> No
             },
             env={
                 "type": "object",
-                "description": 'properties whose names match a pattern: {"^X_": {"type": "string"}}',
+                "description": "properties whose names match a pattern: "
+                '{"^X_": {"type": "string"}}',
             },
             mode={"type": "string", "description": 'How. (default: "fast")'},
         ),
@@ -287,18 +289,6 @@ def test_moonshot_an_empty_root_is_an_object() -> None:
 
 # ── identity ─────────────────────────────────────────────────────────────────
 
-ALREADY_FINE = {
-    "type": "object",
-    "description": "Read a file.",
-    "properties": {
-        "path": {"type": "string", "description": "absolute path"},
-        "lines": {"type": "array", "items": {"type": "integer", "minimum": 1}, "maxItems": 2},
-        "mode": {"type": "string", "enum": ["text", "bytes"]},
-        "since": {"type": "string", "format": "date-time", "nullable": True},
-    },
-    "required": ["path"],
-}
-
 
 @pytest.mark.parametrize("dialect", ["gemini", "moonshot"])
 def test_a_schema_that_needs_nothing_is_returned_as_the_same_object(dialect: str) -> None:
@@ -319,56 +309,6 @@ def test_only_the_changed_branch_is_new() -> None:
 
 
 # ── schemas as agents send them ──────────────────────────────────────────────
-
-EDIT_TOOL = {
-    "$schema": "http://json-schema.org/draft-07/schema#",
-    "type": "object",
-    "properties": {
-        "filePath": {"type": "string", "description": "The absolute path to the file to modify"},
-        "oldString": {"type": "string", "description": "The text to replace"},
-        "newString": {"type": "string", "description": "The text to replace it with"},
-        "replaceAll": {"type": ["boolean", "null"], "description": "Replace all occurrences"},
-        "limit": {"type": "integer", "exclusiveMinimum": 0},
-    },
-    "required": ["filePath", "oldString", "newString"],
-    "additionalProperties": False,
-}
-
-MCP_TOOL = {
-    "$defs": {
-        "Priority": {"enum": ["low", "high"], "title": "Priority", "type": "string"},
-        "Task": {
-            "properties": {
-                "title": {"title": "Title", "type": "string"},
-                "priority": {"$ref": "#/$defs/Priority", "default": "low"},
-                "due": {
-                    "anyOf": [{"format": "date-time", "type": "string"}, {"type": "null"}],
-                    "default": None,
-                    "title": "Due",
-                },
-                "labels": {
-                    "type": "object",
-                    "additionalProperties": {"type": "string"},
-                    "title": "Labels",
-                },
-            },
-            "required": ["title"],
-            "title": "Task",
-            "type": "object",
-        },
-    },
-    "properties": {
-        "tasks": {"items": {"$ref": "#/$defs/Task"}, "title": "Tasks", "type": "array"},
-        "project": {
-            "anyOf": [{"type": "string"}, {"type": "null"}],
-            "default": None,
-            "title": "Project",
-        },
-    },
-    "required": ["tasks"],
-    "title": "create_tasksArguments",
-    "type": "object",
-}
 
 
 def test_an_edit_tool_like_opencodes_is_accepted_by_gemini() -> None:
