@@ -52,7 +52,7 @@ opencode#37496):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -170,6 +170,10 @@ def rewrite_schema(schema: Any, dialect: Dialect) -> tuple[Any, list[str]]:
     return _Rewrite(dialect, kinds).node(out, root=True), kinds
 
 
+Rule = Callable[[Schema, list[str], bool], bool]
+"""Edits a node (a copy), may add notes for its description; says whether it changed it."""
+
+
 class _Rewrite:
     """One pass over a schema, top-down: a node's own rules run before its subschemas are
     visited, so a type moved into `anyOf` branches is there when the branches are checked."""
@@ -177,12 +181,13 @@ class _Rewrite:
     def __init__(self, dialect: Dialect, kinds: list[str]) -> None:
         self._dialect = dialect
         self._kinds = kinds
+        self._rules = self._chosen_rules()
 
     def node(self, node: Schema, root: bool = False) -> Schema:
         out = dict(node)
         notes: list[str] = []
         changed = False
-        for rule in self._rules():
+        for rule in self._rules:
             changed |= rule(out, notes, root)
         if notes:
             out["description"] = with_notes(out.get("description"), notes)
@@ -191,9 +196,11 @@ class _Rewrite:
             return node
         return mapped
 
-    def _rules(self) -> list[Any]:
+    def _chosen_rules(self) -> list[Rule]:
+        """The dialect's rules, in the order they must run: `allOf` and `oneOf` first (their
+        branches bring keywords the later rules judge), the type rules last."""
         d = self._dialect
-        rules = []
+        rules: list[Rule] = []
         if d.merge_all_of:
             rules.append(self._merge_all_of)
         if d.one_of_to_any_of:
