@@ -548,6 +548,7 @@ COVERED_ELSEWHERE = {
     "schema_ref_unresolved": "test_a_reference_that_cannot_be_resolved_says_where_it_pointed",
     "schema_recursion_cut": "test_recursion_stops_at_the_bound_with_a_typed_node_that_says_so",
     "schema_type_array_rewritten": "test_a_type_with_null_becomes_the_type_nullable",
+    "schema_tuple_rewritten": "test_a_tuple_becomes_one_items_schema_with_its_order_described",
     "schema_null_to_nullable": "test_a_null_branch_of_any_of_becomes_nullable",
     "schema_const_to_enum": "test_a_string_const_becomes_a_one_value_enum",
     "schema_one_of_to_any_of": "test_one_of_becomes_any_of",

@@ -5,6 +5,7 @@ from __future__ import annotations
 REF_INLINED_KIND = "schema_ref_inlined"
 REF_UNRESOLVED_KIND = "schema_ref_unresolved"
 RECURSION_CUT_KIND = "schema_recursion_cut"
+TUPLE_KIND = "schema_tuple_rewritten"
 TYPE_ARRAY_KIND = "schema_type_array_rewritten"
 NULL_TO_NULLABLE_KIND = "schema_null_to_nullable"
 CONST_TO_ENUM_KIND = "schema_const_to_enum"

@@ -57,6 +57,7 @@ _PHRASES: dict[str, Callable[[Any], str]] = {
     "additionalProperties": _extra,
     "propertyNames": _names,
     "patternProperties": lambda v: f"properties whose names match a pattern: {_json(v)}",
+    "prefixItems": lambda v: f"a tuple: the items in order are {_json(v)}",
     "deprecated": lambda v: "deprecated" if v is True else "not deprecated",
 }
 

@@ -29,6 +29,7 @@ select subset of an OpenAPI 3.0 schema object", from `parameters`):
     int64 for STRING type: enum, date-time", Google's discovery document); others fail with
     `format: only 'enum' and 'date-time' are supported for STRING type`
     (langchain-mcp-tools-ts#36, litellm#6970).
+  - `items` is one schema: a tuple becomes one `items` schema, its order in the description.
   - `anyOf` exists, `oneOf` and `allOf` do not: `oneOf` becomes `anyOf` (a model choosing a
     branch is no less right), `allOf` is merged into its node.
   - `default` is a field of the current `Schema` message but was rejected as unknown
@@ -43,7 +44,10 @@ opencode#37496):
     anyOf items instead of the parent schema`; the parent's type moves into each branch that
     has none;
   - the root's `type` "is required and must be \"object\"" (MiqroForge-Desktop#1165);
-  - `$ref`s are inlined (see refs.py for the two rejections quoted);
+  - `$ref`s are inlined: even a bare `$ref` is rejected (opencode#39995; refs.py has the
+    other rejections quoted), and so are tuple `items` lists (opencode#39995): rewritten as
+    for Gemini;
+  - `if`/`then`/`else` are not accepted (opencode#31580): they go into the description;
   - `allOf` is merged here: Moonshot merges it itself and fails on what it cannot merge
     ("Conflict in schema definitions for key 'if'", pi#5822), and a node holding only `allOf`
     has no `type`; `oneOf` is checked like `anyOf` (root-level `oneOf` schemas fail with the
@@ -63,6 +67,7 @@ from proxy.repair.dialects.kinds import (
     NULL_TO_NULLABLE_KIND,
     ONE_OF_KIND,
     REMOVED_KIND,
+    TUPLE_KIND,
     TYPE_ADDED_KIND,
     TYPE_ARRAY_KIND,
     TYPE_MOVED_INTO_ANY_OF_KIND,
@@ -81,6 +86,8 @@ class Dialect:
     accepted: frozenset[str] | None = None
     """The keywords a node may carry; None: any. Others go into the description, except
     the meaningless ones, which are removed."""
+    rejected: frozenset[str] = frozenset()
+    """Keywords that go into the description even where `accepted` is None."""
     meaningless: frozenset[str] = frozenset()
     meaningless_prefixes: tuple[str, ...] = ()
     inline_refs: bool = False
@@ -92,6 +99,8 @@ class Dialect:
     """The formats each type may carry; None: any."""
     one_of_to_any_of: bool = False
     merge_all_of: bool = False
+    single_items: bool = False
+    """`items` is one schema: a tuple (`items` as a list, `prefixItems`) is rewritten."""
     type_everywhere: bool = False
     no_type_beside_any_of: bool = False
     root_type: Literal["", "when_described", "always"] = ""
@@ -146,13 +155,16 @@ DIALECTS: dict[str, Dialect] = {
         },
         one_of_to_any_of=True,
         merge_all_of=True,
+        single_items=True,
         root_type="when_described",
     ),
     "moonshot": Dialect(
         "moonshot",
         inline_refs=True,
+        rejected=frozenset({"if", "then", "else"}),
         one_of_to_any_of=True,
         merge_all_of=True,
+        single_items=True,
         type_everywhere=True,
         no_type_beside_any_of=True,
         root_type="always",
@@ -205,6 +217,8 @@ class _Rewrite:
             rules.append(self._merge_all_of)
         if d.one_of_to_any_of:
             rules.append(self._one_of)
+        if d.single_items:
+            rules.append(self._tuple)
         if d.single_type:
             rules.append(self._single_type)
         if d.const_to_enum:
@@ -213,7 +227,7 @@ class _Rewrite:
             rules.append(self._enums)
         if d.formats is not None:
             rules.append(self._format)
-        if d.accepted is not None:
+        if d.accepted is not None or d.rejected:
             rules.append(self._keywords)
         if d.no_type_beside_any_of:
             rules.append(self._type_into_any_of)
@@ -267,6 +281,23 @@ class _Rewrite:
         else:
             return False  # `oneOf` is then written into the description
         self._kinds.append(ONE_OF_KIND)
+        return True
+
+    def _tuple(self, node: Schema, notes: list[str], root: bool) -> bool:
+        """A tuple's positions become one `items` schema (their `anyOf` when they differ),
+        and the order goes into the description."""
+        items, prefix = node.get("items"), node.get("prefixItems")
+        positions = items if isinstance(items, list) else prefix
+        if not isinstance(positions, list) or not all(isinstance(p, dict) for p in positions):
+            return False
+        node.pop("prefixItems", None)
+        rest = node.pop("items", None)
+        branches = [*positions, *([rest] if isinstance(rest, dict) else [])]
+        distinct = [b for i, b in enumerate(branches) if b not in branches[:i]]
+        if distinct:
+            node["items"] = distinct[0] if len(distinct) == 1 else {"anyOf": distinct}
+        notes.append(phrase("prefixItems", positions))
+        self._kinds.append(TUPLE_KIND)
         return True
 
     def _single_type(self, node: Schema, notes: list[str], root: bool) -> bool:
@@ -337,9 +368,8 @@ class _Rewrite:
 
     def _keywords(self, node: Schema, notes: list[str], root: bool) -> bool:
         d = self._dialect
-        accepted = d.accepted or frozenset()
         changed = False
-        for key in [key for key in node if key not in accepted]:
+        for key in [k for k in node if k in d.rejected or not _accepted(d, k)]:
             value = node.pop(key)
             changed = True
             if key in d.meaningless or key.startswith(d.meaningless_prefixes):
@@ -391,6 +421,10 @@ def _crossable(have: Any, more: Any) -> bool:
         and all(isinstance(b, dict) for b in [*have, *more])
         and len(have) * len(more) <= MAX_CROSSED
     )
+
+
+def _accepted(dialect: Dialect, key: str) -> bool:
+    return dialect.accepted is None or key in dialect.accepted
 
 
 def _flattened(branches: list[Schema]) -> list[Schema]:

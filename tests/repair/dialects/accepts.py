@@ -93,6 +93,12 @@ def moonshot_violations(schema: Any, path: str = "root", root: bool = True) -> l
         errors.append(f"{prefix}<At path '{path}': type is not defined>")
     if "$ref" in schema:
         errors.append(f"{prefix}<At path '{path}.$ref': $defs not found for reference>")
+    # Tuple `items` and conditionals are refused too (opencode#39995, #31580).
+    if isinstance(schema.get("items"), list) or "prefixItems" in schema:
+        errors.append(f"{prefix}<At path '{path}.items': tuple items are not supported>")
+    for key in ("if", "then", "else"):
+        if key in schema:
+            errors.append(f"Conflict in schema definitions for key '{key}'")
     for name, sub in (schema.get("properties") or {}).items():
         errors += moonshot_violations(sub, f"{_join(path, 'properties')}.{name}", False)
     if isinstance(schema.get("items"), dict):
@@ -107,7 +113,8 @@ def _join(path: str, key: str) -> str:
 
 
 def property_paths(schema: Any, prefix: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
-    """Every property path in `schema`: names through `properties`, `[]` through `items`;
+    """Every property path in `schema`: names through `properties`, `[]` through `items`
+    (each position of a tuple too);
     `anyOf`, `oneOf` and `allOf` are looked through (they are where a value may be, not a
     level of it)."""
     paths: set[tuple[str, ...]] = set()
@@ -116,8 +123,11 @@ def property_paths(schema: Any, prefix: tuple[str, ...] = ()) -> set[tuple[str, 
     for name, sub in (schema.get("properties") or {}).items():
         paths.add((*prefix, name))
         paths |= property_paths(sub, (*prefix, name))
-    if isinstance(schema.get("items"), dict):
-        paths |= property_paths(schema["items"], (*prefix, "[]"))
+    items = schema.get("items")
+    for sub in [items] if isinstance(items, dict) else items if isinstance(items, list) else []:
+        paths |= property_paths(sub, (*prefix, "[]"))
+    for sub in schema.get("prefixItems") or []:
+        paths |= property_paths(sub, (*prefix, "[]"))
     for key in ("anyOf", "oneOf", "allOf"):
         for sub in schema.get(key) or []:
             paths |= property_paths(sub, prefix)

@@ -133,6 +133,25 @@ def test_all_of_is_merged_into_its_node() -> None:
     assert kinds == Counter({"schema_all_of_merged": 1})
 
 
+def test_a_tuple_becomes_one_items_schema_with_its_order_described() -> None:
+    pair = {"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}]}
+    out, kinds = gemini(obj(pair=pair, old={"type": "array", "items": [{"type": "string"}]}))
+    assert out == obj(
+        pair={
+            "type": "array",
+            "items": {"anyOf": [{"type": "string"}, {"type": "integer"}]},
+            "description": 'a tuple: the items in order are [{"type": "string"}, '
+            '{"type": "integer"}]',
+        },
+        old={
+            "type": "array",
+            "items": {"type": "string"},
+            "description": 'a tuple: the items in order are [{"type": "string"}]',
+        },
+    )
+    assert kinds == Counter({"schema_tuple_rewritten": 2})
+
+
 # ── const, enum, format ──────────────────────────────────────────────────────
 
 
@@ -283,6 +302,17 @@ def test_moonshot_the_type_beside_any_of_moves_into_the_branches() -> None:
     assert moonshot_violations(out) == []
 
 
+def test_moonshot_conditionals_go_into_the_description() -> None:
+    # "Conflict in schema definitions for key 'if'" (opencode#31580).
+    schema = {**obj(a={"type": "string"}), "if": {"required": ["a"]}, "then": {"required": []}}
+    out, kinds = moonshot(schema)
+    assert out == {
+        **obj(a={"type": "string"}),
+        "description": 'if: {"required": ["a"]}; then: {"required": []}',
+    }
+    assert kinds == Counter({"schema_keyword_moved_to_description": 2})
+
+
 def test_moonshot_an_empty_root_is_an_object() -> None:
     assert moonshot({}) == ({"type": "object"}, Counter({"schema_type_added": 1}))
 
@@ -429,6 +459,12 @@ def containers(children: st.SearchStrategy[dict[str, Any]]) -> st.SearchStrategy
         ),
         st.builds(lambda item: {"type": "array", "items": item}, children),
         st.builds(lambda item: {"items": item, "minItems": 1}, children),
+        st.builds(
+            lambda items, key: {"type": "array", key: items},
+            st.lists(children, min_size=1, max_size=3),
+            st.sampled_from(["items", "prefixItems"]),
+        ),
+        st.builds(lambda cond: {"type": "object", "if": cond, "then": cond}, children),
         st.builds(
             lambda branches, key: {key: branches},
             st.lists(children, min_size=1, max_size=3),
