@@ -67,6 +67,9 @@ class ProviderProfile:
     """Keep a foreign field on a call or turn for which this very upstream issued it (the store
     holds it from its answer): evidence outranks the profile, so a gateway relaying Google keeps
     Google's signatures. False: foreign fields are always removed."""
+    schema_dialect: str = ""
+    """The JSON Schema dialect its tool schemas are rewritten into (a key of
+    `proxy.repair.dialects.schemas.DIALECTS`); "" sends them as the client wrote them."""
 
     def rules(self, on: str) -> tuple[ReceiptRule, ...]:
         return tuple(rule for rule in self.receipts if rule.on == on)
@@ -108,8 +111,9 @@ _EVIDENCE = {
 }
 
 PROFILES: dict[str, ProviderProfile] = {
-    "gemini": ProviderProfile("gemini", **_GOOGLE),
-    "vertex": ProviderProfile("vertex", **_GOOGLE),
+    # Both build Google's `Schema` (an OpenAPI 3.0 subset) from the tools' parameters.
+    "gemini": ProviderProfile("gemini", **_GOOGLE, schema_dialect="gemini"),
+    "vertex": ProviderProfile("vertex", **_GOOGLE, schema_dialect="gemini"),
     # DeepSeek's thinking-mode guide: a tool-calling turn's reasoning_content must come back
     # in every later request (400 otherwise); other turns' reasoning is ignored.
     "deepseek": ProviderProfile(
