@@ -37,6 +37,8 @@ class Exchange:
     """The client's method and (normalised) path, so a log line tells a chat from `/v1/models`."""
     profile: ProviderProfile = PROFILES["generic"]
     """What the upstream of this request needs, decided once, before the stream starts."""
+    schema_dialect: str = ""
+    """The JSON Schema dialect this upstream takes tool parameters in ("": as sent)."""
     markup: MarkupRules = field(default_factory=MarkupRules)
     """What the route lets the markup repairs do with text that is really calls or reasoning."""
     scope: ReceiptScope = field(default_factory=lambda: ReceiptScope(None, "none"))

@@ -137,7 +137,8 @@ PROFILES: dict[str, ProviderProfile] = {
     # Upstreams whose receipts are whatever they send: vLLM and Kimi serve thinking models that
     # need their reasoning_content back; "generic", the evidence profile, is every other one.
     "vllm": ProviderProfile("vllm", **_EVIDENCE),
-    "kimi": ProviderProfile("kimi", **_EVIDENCE),
+    # Moonshot's validator wants a `type` on every schema node and none beside `anyOf`.
+    "kimi": ProviderProfile("kimi", **_EVIDENCE, schema_dialect="moonshot"),
     "generic": ProviderProfile("generic", **_EVIDENCE),
 }
 

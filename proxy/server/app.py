@@ -229,13 +229,15 @@ class Proxy:
         # Every credential form the proxy forwards names the tenant, `?key=` included.
         query = request.scope.get("query_string", b"")
         tenant = tenant_of(request.headers, self.settings.receipts.tenant_header, query=query)
+        profile = route.profile(body.get("model"))
         return Exchange(
             request_id=request_id,
             request=body,
             route=route.name,
             method=request.method,
             path=request.url.path,
-            profile=route.profile(body.get("model")),
+            profile=profile,
+            schema_dialect=route.schema_dialect(profile),
             markup=route.markup(),
             scope=ReceiptScope(tenant, route.identity),
             debug=request.headers.get("x-streamfix-debug") == "1",

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from proxy.repair.dialects.schemas import DIALECTS
 from proxy.repair.markup.rules import REASONING_FIELDS
 from proxy.repair.profiles import PROFILES
 from proxy.settings.values import (
@@ -98,6 +99,7 @@ class ServerSettings:
             raise ConfigError(f"port: must be between 1 and 65535, got {self.port}")
 
 
+SCHEMA_DIALECT_NAMES = ("auto", "none", *DIALECTS)
 PROFILE_NAMES = ("auto", *PROFILES)
 """Every profile a route may name: "auto" (detect it), or one of proxy/repair/profiles.py."""
 
@@ -123,10 +125,14 @@ class UpstreamSettings:
     """Where that reasoning goes: "reasoning_content", "reasoning" or "both"."""
     think_opened_by_template: bool = False
     """The chat template opens `<think>` itself: content starts as reasoning until `</think>`."""
+    schema_dialect: str = "auto"
+    """The JSON Schema dialect tool parameters are rewritten into: "auto" (the profile's:
+    gemini and vertex "gemini", kimi "moonshot", others none), "none", "gemini", "moonshot"."""
 
     def __post_init__(self) -> None:
         one_of("profile", self.profile, PROFILE_NAMES)
         one_of("reasoning_field", self.reasoning_field, REASONING_FIELDS)
+        one_of("schema_dialect", self.schema_dialect, SCHEMA_DIALECT_NAMES)
         if not is_http_url(self.base_url):
             raise ConfigError(
                 f"base_url: must be an http:// or https:// URL, got {self.base_url!r}"

@@ -37,6 +37,13 @@ class UpstreamRoute:
     def profile(self, model: object) -> ProviderProfile:
         return profile_for(self.upstream.profile, self.upstream.base_url, model)
 
+    def schema_dialect(self, profile: ProviderProfile) -> str:
+        """The route's `schema_dialect`, "auto" meaning the profile's."""
+        configured = self.upstream.schema_dialect
+        if configured == "auto":
+            return profile.schema_dialect
+        return "" if configured == "none" else configured
+
     def markup(self) -> MarkupRules:
         upstream = self.upstream
         return MarkupRules(

@@ -526,6 +526,43 @@ CASES += [
     ),
 ]
 
+STRICT_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "additionalProperties": False,
+        },
+    },
+}
+UNTYPED_TOOL = {
+    "type": "function",
+    "function": {"name": "get_weather", "parameters": {"properties": {"city": {}}}},
+}
+GEMINI = (("upstream.profile", "gemini"),)
+CASES += [
+    Case(
+        "schema_keyword_removed", answer(), tools=(STRICT_TOOL,), config=GEMINI, request_side=True
+    ),
+    Case(
+        "schema_keyword_moved_to_description",
+        answer(),
+        tools=(STRICT_TOOL,),
+        config=GEMINI,
+        request_side=True,
+    ),
+    Case(
+        "schema_type_added",
+        answer(),
+        tools=(UNTYPED_TOOL,),
+        config=(("upstream.schema_dialect", "moonshot"),),
+        request_side=True,
+    ),
+]
+
 NOBODY_LISTENS = free_port()
 CASES += [
     Case("unrepaired_encoding", answer(), request_side=True, on_response=False),
@@ -544,8 +581,8 @@ reply("stream_aborted", sse(TEXT, done=False), break_off=True)
 COVERED_ELSEWHERE = {
     # A reused connection the upstream closed under the request needs a scripted socket.
     "upstream_retried": "test_a_get_retried_by_the_transport_is_counted_and_logged",
-    # ToolSchemaRepair is not in the chain yet: its kinds are tested on the rewrite
-    # (tests/repair/dialects) and the link itself (test_tool_schemas.py) until it is.
+    # The schema kinds all come from one rewrite through one count: three run through the
+    # proxy below, the rest are pinned on the rewrite itself (tests/repair/dialects).
     "schema_ref_inlined": "test_a_local_ref_is_inlined_and_the_definitions_go",
     "schema_ref_unresolved": "test_a_reference_that_cannot_be_resolved_says_where_it_pointed",
     "schema_recursion_cut": "test_recursion_stops_at_the_bound_with_a_typed_node_that_says_so",
@@ -555,11 +592,6 @@ COVERED_ELSEWHERE = {
     "schema_const_to_enum": "test_a_string_const_becomes_a_one_value_enum",
     "schema_one_of_to_any_of": "test_one_of_becomes_any_of",
     "schema_all_of_merged": "test_all_of_is_merged_into_its_node",
-    "schema_keyword_moved_to_description": (
-        "test_constraints_gemini_cannot_take_are_written_into_the_description"
-    ),
-    "schema_keyword_removed": "test_keywords_without_meaning_for_the_model_are_removed",
-    "schema_type_added": "test_moonshot_gets_a_type_on_every_node_that_implies_one",
     "schema_type_moved_into_any_of": (
         "test_moonshot_the_type_beside_any_of_moves_into_the_branches"
     ),

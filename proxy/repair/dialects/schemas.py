@@ -259,8 +259,8 @@ class _Rewrite:
                     node[key] = value
                 elif node[key] == value or key == "description":
                     continue
-                elif key in ONE and isinstance(node[key], dict) and isinstance(value, dict):
-                    node[key] = {"allOf": [node[key], value]}
+                elif key in ONE and _subschema(node[key]) and _subschema(value):
+                    node[key] = {"allOf": [_one_items(node[key]), _one_items(value)]}
                 elif key == "anyOf" and _crossable(node[key], value):
                     # (a1 or a2) and (b1 or b2): each pair, as an `allOf` merged in its turn.
                     node[key] = [{"allOf": [a, b]} for a in node[key] for b in value]
@@ -425,6 +425,22 @@ def _crossable(have: Any, more: Any) -> bool:
 
 def _accepted(dialect: Dialect, key: str) -> bool:
     return dialect.accepted is None or key in dialect.accepted
+
+
+def _subschema(value: Any) -> bool:
+    """A subschema, or a tuple of them (`items` as a list): what a merge can join."""
+    return isinstance(value, dict) or (
+        isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+    )
+
+
+def _one_items(value: Any) -> Any:
+    """A tuple's positions as one schema (their `anyOf`), so it can join another `items`: a
+    tuple's properties must survive the merge like any other's."""
+    if not isinstance(value, list):
+        return value
+    distinct = [v for i, v in enumerate(value) if v not in value[:i]]
+    return distinct[0] if len(distinct) == 1 else {"anyOf": distinct}
 
 
 def _flattened(branches: list[Schema]) -> list[Schema]:

@@ -14,13 +14,16 @@ from proxy.repair.repairs.role import SingleRoleRepair
 from proxy.repair.repairs.text_reasoning import TextReasoningRepair
 from proxy.repair.repairs.text_tool_calls import TextToolCallRepair
 from proxy.repair.repairs.tool_calls import ToolCallRepair
+from proxy.repair.repairs.tool_schemas import ToolSchemaRepair
 from proxy.settings.schema import Settings
 
 
 def default_repairs(settings: Settings, exchange: Exchange, store: ReceiptStore) -> list[Repair]:
     """A fresh chain for one exchange, in this order:
 
-    0. HistoryRepair (request side only) heals the history before anything reads its ids.
+    0. HistoryRepair (request side only) heals the history before anything reads its ids;
+       ToolSchemaRepair (request side only) rewrites the tools' schemas for the upstream's
+       dialect, reading nothing another repair writes.
     1. TextReasoningRepair moves reasoning written as content into the reasoning field first,
        so a tool-call tag the model wrote while thinking never reaches the recogniser as
        content and cannot become a call; harmony's commentary channel (gpt-oss's calls) is
@@ -43,6 +46,7 @@ def default_repairs(settings: Settings, exchange: Exchange, store: ReceiptStore)
     history: list[Repair] = [HistoryRepair(exchange)] if settings.history.repair else []
     return [
         *history,
+        ToolSchemaRepair(exchange),
         TextReasoningRepair(exchange),
         TextToolCallRepair(
             exchange, FAMILIES, max_span_chars=settings.tool_calls.max_buffered_bytes

@@ -14,7 +14,8 @@ class ToolSchemaRepair(Repair):
     (`additionalProperties`, `$schema`, `const`, a type array, ...); Moonshot rejects a node
     without `type`. Coding agents and MCP servers send exactly those, so every turn of a session
     fails before the model sees it. Each tool's `parameters` is rewritten for the profile's
-    `schema_dialect` (dialects/schemas.py has the rules and where each comes from), and every
+    `schema_dialect` (the route's, by default the profile's; dialects/schemas.py has the rules
+    and where each comes from), and every
     change is counted by kind. A profile without a dialect, or schemas that need nothing, leave
     the request untouched."""
 
@@ -22,7 +23,7 @@ class ToolSchemaRepair(Repair):
         self._exchange = exchange
 
     async def on_request(self, body: dict[str, Any]) -> bool:
-        dialect = DIALECTS.get(self._exchange.profile.schema_dialect)
+        dialect = DIALECTS.get(self._exchange.schema_dialect)
         tools = body.get("tools")
         if dialect is None or not isinstance(tools, list):
             return False

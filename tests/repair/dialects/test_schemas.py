@@ -499,3 +499,24 @@ def test_moonshot_keeps_every_property_and_accepts_the_result(schema: dict[str, 
     out, _ = moonshot(schema)
     assert property_paths(schema) <= property_paths(out)
     assert moonshot_violations(out) == []
+
+
+def test_a_tuple_merged_with_an_object_items_keeps_the_objects_properties() -> None:
+    # Found by the property test: `items` as a tuple in one allOf branch and as an object
+    # schema in the other; the object's `a` was written into the description and lost.
+    schema = {
+        "type": "object",
+        "allOf": [
+            {"properties": {"a": {"type": "array", "items": [{"type": "string"}]}}},
+            {
+                "properties": {
+                    "a": {
+                        "type": "array",
+                        "items": {"type": "object", "properties": {"a": {"type": "string"}}},
+                    }
+                }
+            },
+        ],
+    }
+    rewritten, _ = rewrite_schema(schema, DIALECTS["gemini"])
+    assert property_paths(schema) <= property_paths(rewritten)

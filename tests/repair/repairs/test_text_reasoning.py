@@ -23,6 +23,7 @@ from proxy.repair.repairs.history import HistoryRepair
 from proxy.repair.repairs.text_reasoning import TextReasoningRepair
 from proxy.repair.repairs.text_tool_calls import TextToolCallRepair
 from proxy.repair.repairs.tool_calls import ToolCallRepair
+from proxy.repair.repairs.tool_schemas import ToolSchemaRepair
 from proxy.settings.schema import Settings
 from proxy.wire import json_codec
 from tests.support.streams import content, repair_stream, sse
@@ -220,12 +221,18 @@ def test_a_completion_with_an_unopened_close_is_counted() -> None:
 # ── the default chain ────────────────────────────────────────────────────────
 
 
-def test_it_runs_first_after_the_history() -> None:
+def test_it_runs_first_after_the_request_side_repairs() -> None:
     settings = Settings()
     exchange = Exchange(request_id="test")
     chain = default_repairs(settings, exchange, MemoryStore(max_entries=1, ttl_seconds=1))
     kinds = [type(repair) for repair in chain]
-    assert kinds[:4] == [HistoryRepair, TextReasoningRepair, TextToolCallRepair, ToolCallRepair]
+    assert kinds[:5] == [
+        HistoryRepair,
+        ToolSchemaRepair,
+        TextReasoningRepair,
+        TextToolCallRepair,
+        ToolCallRepair,
+    ]
 
 
 def test_through_the_default_chain() -> None:

@@ -16,6 +16,8 @@ from proxy.repair.dialects.schemas import DIALECTS, rewrite_schema
 from proxy.repair.exchange import Exchange
 from proxy.repair.profiles import PROFILES, ProviderProfile
 from proxy.repair.repairs.tool_schemas import ToolSchemaRepair
+from proxy.settings.schema import Settings
+from proxy.upstream.routes import Router
 from tests.repair.dialects.accepts import gemini_violations, moonshot_violations
 from tests.repair.dialects.samples import ALREADY_FINE, EDIT_TOOL, MCP_TOOL
 
@@ -24,12 +26,15 @@ def tool(name: str, parameters: Any) -> dict[str, Any]:
     return {"type": "function", "function": {"name": name, "parameters": parameters}}
 
 
+GEMINI = "https://generativelanguage.googleapis.com/v1beta/openai"
+
+
 def request(*tools: dict[str, Any]) -> dict[str, Any]:
     return {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": list(tools)}
 
 
 def run(profile: ProviderProfile, body: dict[str, Any]) -> tuple[bool, Exchange]:
-    exchange = Exchange(request_id="test", profile=profile)
+    exchange = Exchange(request_id="test", profile=profile, schema_dialect=profile.schema_dialect)
     changed = asyncio.run(ToolSchemaRepair(exchange).on_request(body))
     return changed, exchange
 
@@ -111,7 +116,7 @@ def test_a_request_that_needs_nothing_goes_out_byte_for_byte() -> None:
 
 
 def test_an_upstream_without_a_dialect_gets_the_schemas_as_written() -> None:
-    for name in ("openai", "generic", "deepseek", "kimi"):
+    for name in ("openai", "generic", "deepseek", "openrouter", "vllm"):
         assert PROFILES[name].schema_dialect == ""
         body = request(tool("edit", copy.deepcopy(EDIT_TOOL)))
         raw = orjson.dumps(body)
@@ -120,8 +125,8 @@ def test_an_upstream_without_a_dialect_gets_the_schemas_as_written() -> None:
 
 
 def test_moonshot_rejects_the_agents_request_and_takes_the_rewritten_one() -> None:
-    # No profile chooses Moonshot's dialect yet; a route will (upstream configuration).
-    profile = ProviderProfile("moonshot-test", schema_dialect="moonshot")
+    profile = PROFILES["kimi"]  # api.moonshot.ai / .cn
+    assert profile.schema_dialect == "moonshot"
     loose = {
         "type": "object",
         "properties": {"a": {"type": "string"}, "b": {"type": "string"}},
@@ -149,3 +154,25 @@ def test_tools_that_are_not_functions_with_schemas_are_left() -> None:
     for tools in (None, "x", {}):
         assert run(PROFILES["gemini"], {"model": "m", "tools": tools})[0] is False
     assert run(PROFILES["gemini"], {"model": "m"})[0] is False
+
+
+def test_a_route_chooses_its_dialect_or_none() -> None:
+    settings = Settings().with_values(
+        {
+            "upstream.base_url": "https://generativelanguage.googleapis.com/v1beta/openai",
+            "routes": [
+                {"name": "raw", "models": ["raw-*"], "base_url": GEMINI, "schema_dialect": "none"},
+                {
+                    "name": "kimi-gw",
+                    "models": ["kimi-*"],
+                    "base_url": "http://127.0.0.1:9/v1",
+                    "schema_dialect": "moonshot",
+                },
+            ],
+        }
+    )
+    router = Router(settings, {})
+    default, raw, gateway = router.default, router.route_for("raw-1"), router.route_for("kimi-k2")
+    assert default.schema_dialect(default.profile("m")) == "gemini"  # auto: the profile's
+    assert raw.schema_dialect(raw.profile("m")) == ""
+    assert gateway.schema_dialect(gateway.profile("m")) == "moonshot"  # behind any gateway
