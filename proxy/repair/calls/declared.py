@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import math
 import re
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
 import jsonschema
+import orjson
 from jsonschema.exceptions import SchemaError
 from referencing.exceptions import Unresolvable
 
@@ -97,36 +99,64 @@ class DeclaredTools:
             if isinstance(inner, dict) and self.check(name, inner) is None:
                 return _encoded(inner)
             return None
-        if not isinstance(value, dict) or self.check(name, value) != INVALID_ARGUMENTS_KIND:
+        if not isinstance(value, dict):
             return None
+        # Every call of every upstream comes through here: the candidates are found first, so
+        # the schema is validated (its validator built) only for a call that has one.
         properties = _properties(self._schemas[name])
         fixed = dict(value)
         for key, item in value.items():
+            if not isinstance(item, str) or not item.lstrip().startswith(("{", "[")):
+                continue
             wanted = _types(properties.get(key))
-            if isinstance(item, str) and wanted & {"object", "array"}:
+            if wanted & {"object", "array"}:
                 inner = _decoded(item)
                 if (isinstance(inner, dict) and "object" in wanted) or (
                     isinstance(inner, list) and "array" in wanted
                 ):
                     fixed[key] = inner
-        if fixed != value and self.check(name, fixed) is None:
-            return _encoded(fixed)
-        return None
+        if fixed == value or self.check(name, value) != INVALID_ARGUMENTS_KIND:
+            return None
+        return _encoded(fixed) if self.check(name, fixed) is None else None
 
     def _validator(self, name: str) -> Any:
         if name not in self._validators:
-            schema = self._schemas[name]
-            try:
-                cls = jsonschema.validators.validator_for(
-                    schema, default=jsonschema.Draft202012Validator
-                )
-                cls.check_schema(schema)
-                self._validators[name] = cls(schema)
-            except (SchemaError, TypeError, ValueError, AttributeError):
-                # The schema is the request's: jsonschema reads a `$schema` that is not a
-                # string (5, true) with AttributeError before it can say SchemaError.
-                self._validators[name] = None
+            self._validators[name] = _validator_for(self._schemas[name])
         return self._validators[name]
+
+
+_VALIDATORS: OrderedDict[bytes, Any] = OrderedDict()
+VALIDATOR_CACHE_SIZE = 256
+MAX_CACHED_SCHEMA_BYTES = 65_536
+"""Validators kept across requests, by schema: an agent sends the same tools on every turn, and
+checking a schema against its metaschema costs far more than checking a call against it."""
+
+
+def _validator_for(schema: Any) -> Any:
+    """A validator for `schema` (the draft its `$schema` names, else 2020-12), or None when the
+    schema is not one; the most recently used `VALIDATOR_CACHE_SIZE` are kept."""
+    try:
+        key: bytes | None = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        key = None  # an integer orjson cannot write: built every time, never cached
+    if key is not None and len(key) > MAX_CACHED_SCHEMA_BYTES:
+        key = None  # the cache holds at most 256 x 64 KiB of schemas
+    if key is not None and key in _VALIDATORS:
+        _VALIDATORS.move_to_end(key)
+        return _VALIDATORS[key]
+    try:
+        cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+        cls.check_schema(schema)
+        validator = cls(schema)
+    except (SchemaError, TypeError, ValueError, AttributeError):
+        # The schema is the request's: jsonschema reads a `$schema` that is not a string
+        # (5, true) with AttributeError before it can say SchemaError.
+        validator = None
+    if key is not None:
+        _VALIDATORS[key] = validator
+        if len(_VALIDATORS) > VALIDATOR_CACHE_SIZE:
+            _VALIDATORS.popitem(last=False)
+    return validator
 
 
 def _allowed_names(choice: Any) -> set[str] | None:

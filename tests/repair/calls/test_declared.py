@@ -101,3 +101,17 @@ def test_nothing_is_reshaped_that_is_valid_or_would_stay_invalid() -> None:
     assert tools().reshaped("edit", orjson.dumps('{"path": 5}').decode()) is None
     assert tools().reshaped("edit", "not json") is None
     assert tools().reshaped("other", orjson.dumps('{"path": "a"}').decode()) is None
+
+
+def test_a_call_with_nothing_to_reshape_never_builds_a_validator() -> None:
+    # Every call of every upstream is asked: validating costs a metaschema check per tool.
+    declared = tools()
+    assert declared.reshaped("edit", '{"path": "a", "lines": 3}') is None
+    assert declared._validators == {}
+
+
+def test_validators_are_shared_across_requests_for_the_same_schema() -> None:
+    first, second = tools(), tools()
+    assert first.check("edit", {"path": "a"}) is None
+    assert second.check("edit", {"path": "b"}) is None
+    assert first._validators["edit"] is second._validators["edit"]
