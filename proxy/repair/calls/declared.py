@@ -19,6 +19,7 @@ import orjson
 from jsonschema.exceptions import SchemaError
 from referencing.exceptions import Unresolvable
 
+from proxy.repair.dialects.walk import map_children
 from proxy.wire import json_codec
 
 # Why a call is refused, as the kind it is counted under.
@@ -147,8 +148,8 @@ def _validator_for(schema: Any) -> Any:
     try:
         cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
         cls.check_schema(schema)
-        validator = cls(schema)
-    except (SchemaError, TypeError, ValueError, AttributeError):
+        validator = cls(_without_patterns(schema))
+    except (SchemaError, TypeError, ValueError, AttributeError, RecursionError):
         # The schema is the request's: jsonschema reads a `$schema` that is not a string
         # (5, true) with AttributeError before it can say SchemaError.
         validator = None
@@ -157,6 +158,20 @@ def _validator_for(schema: Any) -> Any:
         if len(_VALIDATORS) > VALIDATOR_CACHE_SIZE:
             _VALIDATORS.popitem(last=False)
     return validator
+
+
+def _without_patterns(schema: Any) -> Any:
+    """`schema` with no regular expression left to run: `pattern` and `patternProperties`
+    come from the request, and one written to backtrack (`(a+)+$`) would hold the event loop,
+    and with it every other exchange of the process, while it ran on the model's text. Without
+    them a call can only be refused more often (an extra property `patternProperties` would
+    have admitted), never accepted against the rest of the schema."""
+    if not isinstance(schema, dict):
+        return schema
+    node = map_children(schema, _without_patterns)
+    if "pattern" in node or "patternProperties" in node:
+        node = {k: v for k, v in node.items() if k not in ("pattern", "patternProperties")}
+    return node
 
 
 def _allowed_names(choice: Any) -> set[str] | None:

@@ -115,3 +115,23 @@ def test_validators_are_shared_across_requests_for_the_same_schema() -> None:
     assert first.check("edit", {"path": "a"}) is None
     assert second.check("edit", {"path": "b"}) is None
     assert first._validators["edit"] is second._validators["edit"]
+
+
+def test_no_regular_expression_from_the_request_is_ever_run() -> None:
+    # `(a+)+$` against thirty "a"s and a "!" backtracks for minutes in Python's re: the shared
+    # event loop would stall. Without the pattern the call is judged by the rest.
+    evil = {
+        "type": "object",
+        "properties": {
+            "pattern": {"type": "string", "pattern": "^(a+)+$"},  # a property named pattern
+            "tag": {"type": "string"},
+        },
+        "required": ["pattern"],
+        "patternProperties": {"^(b+)+$": {"type": "integer"}},
+        "additionalProperties": False,
+    }
+    declared = tools(evil)
+    assert declared.check("edit", {"pattern": "a" * 40 + "!"}) is None
+    assert declared.check("edit", {"pattern": 5}) == INVALID_ARGUMENTS_KIND  # still typed
+    assert declared.check("edit", {"tag": "x"}) == INVALID_ARGUMENTS_KIND  # still required
+    assert declared.check("edit", {"pattern": "a", "b" * 40 + "!": 1}) == INVALID_ARGUMENTS_KIND
