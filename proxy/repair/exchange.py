@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from proxy.repair.markup.rules import MarkupRules
-from proxy.repair.profiles import PROFILES, ProviderProfile
+from proxy.repair.profiles import PROFILES, MessageRules, ProviderProfile
 from proxy.repair.tenancy import ReceiptScope
 
 logger = logging.getLogger(__name__)
@@ -39,6 +39,8 @@ class Exchange:
     """What the upstream of this request needs, decided once, before the stream starts."""
     schema_dialect: str = ""
     """The JSON Schema dialect this upstream takes tool parameters in ("": as sent)."""
+    messages: MessageRules = field(default_factory=MessageRules)
+    """The message shapes this upstream takes: the route's rules, by default the profile's."""
     markup: MarkupRules = field(default_factory=MarkupRules)
     """What the route lets the markup repairs do with text that is really calls or reasoning."""
     scope: ReceiptScope = field(default_factory=lambda: ReceiptScope(None, "none"))

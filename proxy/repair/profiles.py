@@ -55,6 +55,32 @@ class ReceiptPlaceholder:
     value: str
 
 
+DEVELOPER_ROLES = ("keep", "system")
+SYSTEM_MESSAGES = ("as_sent", "merged")
+ASSISTANT_TOOL_CONTENTS = ("as_sent", "null", "empty")
+TOOL_CONTENTS = ("as_sent", "string")
+TOOL_CALL_IDS = ("as_sent", "nine_alnum")
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRules:
+    """The shapes of `messages` an upstream accepts, where it accepts less than OpenAI does.
+    Each field is one rule of proxy/repair/messages/ (which names the upstreams and sources);
+    the first value of each is "send what the client sent"."""
+
+    developer_role: str = "keep"
+    """"system": a `developer` message goes up as `system` (the upstream knows no developer)."""
+    system_messages: str = "as_sent"
+    """"merged": every system message goes up as one, first (the chat template wants that)."""
+    assistant_tool_content: str = "as_sent"
+    """Beside `tool_calls`: "null" (an empty content becomes null) or "empty" (a null or
+    missing content becomes "")."""
+    tool_content: str = "as_sent"
+    """"string": a tool result given as text parts goes up as one string."""
+    tool_call_ids: str = "as_sent"
+    """"nine_alnum": call ids that are not nine alphanumerics are mapped to ones that are."""
+
+
 @dataclass(frozen=True, slots=True)
 class ProviderProfile:
     name: str
@@ -70,6 +96,8 @@ class ProviderProfile:
     schema_dialect: str = ""
     """The JSON Schema dialect its tool schemas are rewritten into (a key of
     `proxy.repair.dialects.schemas.DIALECTS`); "" sends them as the client wrote them."""
+    messages: MessageRules = MessageRules()
+    """The message shapes it accepts (roles, contents, call ids); by default all of OpenAI's."""
 
     def rules(self, on: str) -> tuple[ReceiptRule, ...]:
         return tuple(rule for rule in self.receipts if rule.on == on)
@@ -122,6 +150,18 @@ PROFILES: dict[str, ProviderProfile] = {
             ReceiptRule("reasoning_content", ("reasoning_content",), "tool_turn", "concat", True),
         ),
         foreign_metadata=_NOT_GOOGLE,
+        # "unknown role: developer" (422, pi#7603).
+        messages=MessageRules(developer_role="system"),
+    ),
+    # Mistral's API takes the roles system, user, assistant and tool; call ids of exactly nine
+    # alphanumerics (magentic#276, langchain#24668); content or tool_calls, "not both"
+    # (langchain#21196), which an empty content beside the calls counts as.
+    "mistral": ProviderProfile(
+        "mistral",
+        foreign_metadata=_NOT_GOOGLE,
+        messages=MessageRules(
+            developer_role="system", assistant_tool_content="null", tool_call_ids="nine_alnum"
+        ),
     ),
     # OpenRouter: reasoning_details go back unchanged, in order, on the assistant message
     # (for Gemini models they carry the thought signature).
@@ -138,7 +178,13 @@ PROFILES: dict[str, ProviderProfile] = {
     # need their reasoning_content back; "generic", the evidence profile, is every other one.
     "vllm": ProviderProfile("vllm", **_EVIDENCE),
     # Moonshot's validator wants a `type` on every schema node and none beside `anyOf`.
-    "kimi": ProviderProfile("kimi", **_EVIDENCE, schema_dialect="moonshot"),
+    # A tool result as text parts: "invalid type: sequence, expected a string" (kimi-cli#1762).
+    "kimi": ProviderProfile(
+        "kimi",
+        **_EVIDENCE,
+        schema_dialect="moonshot",
+        messages=MessageRules(tool_content="string"),
+    ),
     "generic": ProviderProfile("generic", **_EVIDENCE),
 }
 
@@ -151,6 +197,7 @@ _HOSTS = (
     ("api.moonshot.ai", "kimi"),
     ("api.moonshot.cn", "kimi"),
     ("api.deepseek.com", "deepseek"),
+    ("api.mistral.ai", "mistral"),
 )
 
 

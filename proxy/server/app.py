@@ -238,6 +238,7 @@ class Proxy:
             path=request.url.path,
             profile=profile,
             schema_dialect=route.schema_dialect(profile),
+            messages=route.message_rules(profile),
             markup=route.markup(),
             scope=ReceiptScope(tenant, route.identity),
             debug=request.headers.get("x-streamfix-debug") == "1",

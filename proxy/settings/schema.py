@@ -16,7 +16,14 @@ from typing import Any
 
 from proxy.repair.dialects.schemas import DIALECTS
 from proxy.repair.markup.rules import REASONING_FIELDS
-from proxy.repair.profiles import PROFILES
+from proxy.repair.profiles import (
+    ASSISTANT_TOOL_CONTENTS,
+    DEVELOPER_ROLES,
+    PROFILES,
+    SYSTEM_MESSAGES,
+    TOOL_CALL_IDS,
+    TOOL_CONTENTS,
+)
 from proxy.settings.values import (
     ConfigError,
     field_names,
@@ -128,11 +135,34 @@ class UpstreamSettings:
     schema_dialect: str = "auto"
     """The JSON Schema dialect tool parameters are rewritten into: "auto" (the profile's:
     gemini and vertex "gemini", kimi "moonshot", others none), "none", "gemini", "moonshot"."""
+    # The message rules (proxy/repair/messages/); "auto" is the profile's `MessageRules`.
+    developer_role: str = "auto"
+    """"keep", or "system": `developer` messages go up as `system` (auto: deepseek, mistral)."""
+    system_messages: str = "auto"
+    """"as_sent", or "merged": all system messages go up as one leading message, for chat
+    templates that want it (Qwen 3.5+ on vLLM: "System message must be at the beginning")."""
+    assistant_tool_content: str = "auto"
+    """Content beside an assistant's `tool_calls`: "as_sent", "null" ("" becomes null; auto:
+    mistral) or "empty" (null or missing becomes "", for LM Studio)."""
+    tool_content: str = "auto"
+    """"as_sent", or "string": tool results given as text parts go up as a string (auto: kimi)."""
+    tool_call_ids: str = "auto"
+    """"as_sent", or "nine_alnum": call ids that are not nine alphanumerics are mapped to ones
+    that are, the same way on every turn (auto: mistral)."""
 
     def __post_init__(self) -> None:
         one_of("profile", self.profile, PROFILE_NAMES)
         one_of("reasoning_field", self.reasoning_field, REASONING_FIELDS)
         one_of("schema_dialect", self.schema_dialect, SCHEMA_DIALECT_NAMES)
+        one_of("developer_role", self.developer_role, ("auto", *DEVELOPER_ROLES))
+        one_of("system_messages", self.system_messages, ("auto", *SYSTEM_MESSAGES))
+        one_of(
+            "assistant_tool_content",
+            self.assistant_tool_content,
+            ("auto", *ASSISTANT_TOOL_CONTENTS),
+        )
+        one_of("tool_content", self.tool_content, ("auto", *TOOL_CONTENTS))
+        one_of("tool_call_ids", self.tool_call_ids, ("auto", *TOOL_CALL_IDS))
         if not is_http_url(self.base_url):
             raise ConfigError(
                 f"base_url: must be an http:// or https:// URL, got {self.base_url!r}"

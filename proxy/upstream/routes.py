@@ -5,14 +5,14 @@ header or path can redirect it."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from fnmatch import fnmatchcase
 from urllib.parse import unquote_plus
 
 import httpx
 
 from proxy.repair.markup.rules import MarkupRules
-from proxy.repair.profiles import ProviderProfile, profile_for
+from proxy.repair.profiles import MessageRules, ProviderProfile, profile_for
 from proxy.repair.tenancy import upstream_identity
 from proxy.settings.schema import ConfigError, Settings, UpstreamSettings
 from proxy.wire.credentials import CREDENTIAL_PARAMETERS
@@ -43,6 +43,17 @@ class UpstreamRoute:
         if configured == "auto":
             return profile.schema_dialect
         return "" if configured == "none" else configured
+
+    def message_rules(self, profile: ProviderProfile) -> MessageRules:
+        """The route's message rules: each key that is "auto" is the profile's."""
+        return MessageRules(
+            **{
+                rule.name: getattr(profile.messages, rule.name)
+                if getattr(self.upstream, rule.name) == "auto"
+                else getattr(self.upstream, rule.name)
+                for rule in fields(MessageRules)
+            }
+        )
 
     def markup(self) -> MarkupRules:
         upstream = self.upstream

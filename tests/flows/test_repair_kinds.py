@@ -563,6 +563,49 @@ CASES += [
     ),
 ]
 
+MISTRAL = (("upstream.profile", "mistral"),)
+CASES += [
+    Case(
+        "role_developer_to_system",
+        answer(),
+        messages=({"role": "developer", "content": "Be brief."}, *USER),
+        config=DEEPSEEK,
+        request_side=True,
+    ),
+    Case(
+        "system_messages_merged",
+        answer(),
+        messages=(*USER, {"role": "system", "content": "Answer in French."}),
+        config=(("upstream.system_messages", "merged"),),
+        request_side=True,
+    ),
+    Case(
+        "assistant_content_normalised",
+        answer(),
+        messages=(*USER, {**ASSISTANT_CALL, "content": ""}, RESULT, AGAIN),
+        config=(("upstream.assistant_tool_content", "null"),),
+        request_side=True,
+    ),
+    Case(
+        "tool_content_flattened",
+        answer(),
+        messages=(
+            *USER,
+            ASSISTANT_CALL,
+            {**RESULT, "content": [{"type": "text", "text": "sunny"}]},
+        ),
+        config=(("upstream.tool_content", "string"),),
+        request_side=True,
+    ),
+    Case(
+        "tool_call_id_mapped",
+        answer(),
+        messages=(*USER, ASSISTANT_CALL, RESULT, AGAIN),
+        config=MISTRAL,
+        request_side=True,
+    ),
+]
+
 NOBODY_LISTENS = free_port()
 CASES += [
     Case("unrepaired_encoding", answer(), request_side=True, on_response=False),

@@ -9,6 +9,7 @@ from proxy.repair.receipts.store import ReceiptStore
 from proxy.repair.repairs.call_ids import ReusedCallIdRepair
 from proxy.repair.repairs.finish_reason import FinishReasonRepair
 from proxy.repair.repairs.history import HistoryRepair
+from proxy.repair.repairs.message_shapes import MessageShapeRepair
 from proxy.repair.repairs.receipts import ReceiptRepair
 from proxy.repair.repairs.role import SingleRoleRepair
 from proxy.repair.repairs.text_reasoning import TextReasoningRepair
@@ -40,6 +41,10 @@ def default_repairs(settings: Settings, exchange: Exchange, store: ReceiptStore)
        chunk that carried the role).
     7. ReceiptRepair last: it keys receipts by the call ids exactly as the client receives
        them, so it watches the final output, and its store write happens at the very end.
+    8. MessageShapeRepair (request side only) after every request-side repair: HistoryRepair
+       and ReceiptRepair read the history by the client's call ids, so those are mapped for
+       Mistral only once nothing else will look them up, and the messages are reshaped for
+       the upstream once they hold everything that goes up.
     """
     if not settings.repairs.enabled:
         return []
@@ -65,4 +70,5 @@ def default_repairs(settings: Settings, exchange: Exchange, store: ReceiptStore)
             placeholder_on_miss=settings.receipts.on_missing == "placeholder",
             max_value_bytes=settings.receipts.max_value_bytes,
         ),
+        MessageShapeRepair(exchange),
     ]
