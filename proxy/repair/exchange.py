@@ -39,6 +39,8 @@ class Exchange:
     """What the upstream of this request needs, decided once, before the stream starts."""
     schema_dialect: str = ""
     """The JSON Schema dialect this upstream takes tool parameters in ("": as sent)."""
+    tool_name_rule: str = ""
+    """The rule this upstream's tool names must follow ("": as sent)."""
     markup: MarkupRules = field(default_factory=MarkupRules)
     """What the route lets the markup repairs do with text that is really calls or reasoning."""
     scope: ReceiptScope = field(default_factory=lambda: ReceiptScope(None, "none"))

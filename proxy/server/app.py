@@ -238,6 +238,7 @@ class Proxy:
             path=request.url.path,
             profile=profile,
             schema_dialect=route.schema_dialect(profile),
+            tool_name_rule=route.tool_name_rule(profile),
             markup=route.markup(),
             scope=ReceiptScope(tenant, route.identity),
             debug=request.headers.get("x-streamfix-debug") == "1",
