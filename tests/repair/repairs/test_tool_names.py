@@ -12,15 +12,20 @@ from typing import Any
 
 import httpx
 import orjson
+import pytest
 
+from proxy.repair.calls.tool_names import TOOL_NAME_RULES
 from proxy.repair.exchange import Exchange
 from proxy.repair.pipeline import RepairChain, repaired_stream
+from proxy.repair.profiles import PROFILES
 from proxy.repair.receipts.store import MemoryStore
 from proxy.repair.repairs import default_repairs
-from proxy.settings.schema import Settings
+from proxy.settings.schema import ConfigError, Settings
+from proxy.upstream.routes import Router
 from proxy.wire.sse import SSEDecoder
 from tests.support.streams import assembled_calls
 
+GEMINI = "https://generativelanguage.googleapis.com/v1beta/openai"
 READ = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
 
 
@@ -186,3 +191,40 @@ def test_the_client_request_it_was_made_from_is_not_needed_afterwards() -> None:
     chain_for(copy.deepcopy(second), "gemini")
     chain_for(second, "gemini")
     assert first == second
+
+
+def test_each_profile_has_its_upstreams_rule() -> None:
+    rules = {name: profile.tool_name_rule for name, profile in PROFILES.items()}
+    assert rules["gemini"] == rules["vertex"] == "gemini"
+    assert rules["openai"] == rules["deepseek"] == "openai"
+    # The evidence profile and the gateways pass names as sent: nothing shows what they refuse.
+    for name in ("generic", "vllm", "kimi", "openrouter"):
+        assert rules[name] == ""
+    assert set(rules.values()) <= {"", *TOOL_NAME_RULES}
+
+
+def test_a_route_chooses_its_rule_or_none() -> None:
+    settings = Settings().with_values(
+        {
+            "upstream.base_url": "https://generativelanguage.googleapis.com/v1beta/openai",
+            "routes": [
+                {"name": "raw", "models": ["raw-*"], "base_url": GEMINI, "tool_names": "none"},
+                {
+                    "name": "gw",
+                    "models": ["gw-*"],
+                    "base_url": "http://127.0.0.1:9/v1",
+                    "tool_names": "openai",
+                },
+            ],
+        }
+    )
+    router = Router(settings, {})
+    default, raw, gateway = router.default, router.route_for("raw-1"), router.route_for("gw-1")
+    assert default.tool_name_rule(default.profile("m")) == "gemini"  # auto: the profile's
+    assert raw.tool_name_rule(raw.profile("m")) == ""
+    assert gateway.tool_name_rule(gateway.profile("m")) == "openai"  # behind any gateway
+
+
+def test_an_unknown_rule_is_a_configuration_error() -> None:
+    with pytest.raises(ConfigError, match="tool_names"):
+        Settings().with_values({"upstream.tool_names": "anthropic"})
