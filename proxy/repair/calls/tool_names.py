@@ -4,9 +4,9 @@ The rules are data (`TOOL_NAME_RULES`), each from the upstream's own 400:
 
 - "openai": `^[a-zA-Z0-9_-]{1,64}$`. OpenAI answers "Invalid 'tools[0].function.name': string
   does not match pattern. Expected a string that matches the pattern '^[a-zA-Z0-9_-]+$'."
-  (brekkylab/ailoy#109; DeepSeek sends the same body, nikkigallery/Whimbox#61), "string too
-  long. Expected a string with maximum length 64" (openai/codex#1289), and checks the history's
-  `messages[N].tool_calls[M].function.name` the same way (mcp-use/mcp-use#90).
+  (brekkylab/ailoy#109; DeepSeek answers with the same message, nikkigallery/Whimbox#61),
+  "string too long. Expected a string with maximum length 64" (openai/codex#1289), and checks
+  the history's `messages[N].tool_calls[M].function.name` the same way (mcp-use/mcp-use#90).
 - "gemini": "Invalid function name. Must start with a letter or an underscore. Must be
   alphameric (a-z, A-Z, 0-9), underscores (_), dots (.), colons (:), or dashes (-), with a
   maximum length of 64." (cline/cline#7339, kaitranntt/ccs#25; the older wording, without
