@@ -41,6 +41,8 @@ class Exchange:
     """The JSON Schema dialect this upstream takes tool parameters in ("": as sent)."""
     messages: MessageRules = field(default_factory=MessageRules)
     """The message shapes this upstream takes: the route's rules, by default the profile's."""
+    tool_name_rule: str = ""
+    """The rule this upstream's tool names must follow ("": as sent)."""
     markup: MarkupRules = field(default_factory=MarkupRules)
     """What the route lets the markup repairs do with text that is really calls or reasoning."""
     scope: ReceiptScope = field(default_factory=lambda: ReceiptScope(None, "none"))

@@ -98,6 +98,10 @@ class ProviderProfile:
     `proxy.repair.dialects.schemas.DIALECTS`); "" sends them as the client wrote them."""
     messages: MessageRules = MessageRules()
     """The message shapes it accepts (roles, contents, call ids); by default all of OpenAI's."""
+    tool_name_rule: str = ""
+    """The rule its tool names must follow (a key of `proxy.repair.calls.tool_names.
+    TOOL_NAME_RULES`); names it rejects are renamed, and renamed back in the answer. "" sends
+    them as the client wrote them."""
 
     def rules(self, on: str) -> tuple[ReceiptRule, ...]:
         return tuple(rule for rule in self.receipts if rule.on == on)
@@ -140,8 +144,13 @@ _EVIDENCE = {
 
 PROFILES: dict[str, ProviderProfile] = {
     # Both build Google's `Schema` (an OpenAPI 3.0 subset) from the tools' parameters.
-    "gemini": ProviderProfile("gemini", **_GOOGLE, schema_dialect="gemini"),
-    "vertex": ProviderProfile("vertex", **_GOOGLE, schema_dialect="gemini"),
+    # and both refuse a function name outside `[a-zA-Z_][a-zA-Z0-9_.:-]{0,63}`.
+    "gemini": ProviderProfile(
+        "gemini", **_GOOGLE, schema_dialect="gemini", tool_name_rule="gemini"
+    ),
+    "vertex": ProviderProfile(
+        "vertex", **_GOOGLE, schema_dialect="gemini", tool_name_rule="gemini"
+    ),
     # DeepSeek's thinking-mode guide: a tool-calling turn's reasoning_content must come back
     # in every later request (400 otherwise); other turns' reasoning is ignored.
     "deepseek": ProviderProfile(
@@ -152,6 +161,8 @@ PROFILES: dict[str, ProviderProfile] = {
         foreign_metadata=_NOT_GOOGLE,
         # "unknown role: developer" (422, pi#7603).
         messages=MessageRules(developer_role="system"),
+        # Its 400 quotes OpenAI's pattern, `^[a-zA-Z0-9_-]+$` (the length bound is OpenAI's).
+        tool_name_rule="openai",
     ),
     # Mistral's API takes the roles system, user, assistant and tool; call ids of exactly nine
     # alphanumerics (magentic#276, langchain#24668); content or tool_calls, "not both"
@@ -173,7 +184,8 @@ PROFILES: dict[str, ProviderProfile] = {
         ),
         foreign_metadata=_NOT_GOOGLE,
     ),
-    "openai": ProviderProfile("openai", foreign_metadata=_NOT_GOOGLE),
+    # `^[a-zA-Z0-9_-]{1,64}$` for every function name, declared or in the history.
+    "openai": ProviderProfile("openai", foreign_metadata=_NOT_GOOGLE, tool_name_rule="openai"),
     # Upstreams whose receipts are whatever they send: vLLM and Kimi serve thinking models that
     # need their reasoning_content back; "generic", the evidence profile, is every other one.
     "vllm": ProviderProfile("vllm", **_EVIDENCE),

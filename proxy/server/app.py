@@ -239,6 +239,7 @@ class Proxy:
             profile=profile,
             schema_dialect=route.schema_dialect(profile),
             messages=route.message_rules(profile),
+            tool_name_rule=route.tool_name_rule(profile),
             markup=route.markup(),
             scope=ReceiptScope(tenant, route.identity),
             debug=request.headers.get("x-streamfix-debug") == "1",

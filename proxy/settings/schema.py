@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from proxy.repair.calls.tool_names import TOOL_NAME_RULES
 from proxy.repair.dialects.schemas import DIALECTS
 from proxy.repair.markup.rules import REASONING_FIELDS
 from proxy.repair.profiles import (
@@ -107,6 +108,7 @@ class ServerSettings:
 
 
 SCHEMA_DIALECT_NAMES = ("auto", "none", *DIALECTS)
+TOOL_NAME_RULE_NAMES = ("auto", "none", *TOOL_NAME_RULES)
 PROFILE_NAMES = ("auto", *PROFILES)
 """Every profile a route may name: "auto" (detect it), or one of proxy/repair/profiles.py."""
 
@@ -149,6 +151,11 @@ class UpstreamSettings:
     tool_call_ids: str = "auto"
     """"as_sent", or "nine_alnum": call ids that are not nine alphanumerics are mapped to ones
     that are, the same way on every turn (auto: mistral)."""
+    tool_names: str = "auto"
+    """The rule tool names must follow upstream; names it rejects (`files.read`, `mcp/x/read`,
+    a leading digit, over 64 characters) are renamed, and renamed back in the answer: "auto"
+    (the profile's: gemini and vertex "gemini", openai and deepseek "openai", others none),
+    "none", "openai" (`[a-zA-Z0-9_-]{1,64}`), "gemini" (`[a-zA-Z_][a-zA-Z0-9_.:-]{0,63}`)."""
 
     def __post_init__(self) -> None:
         one_of("profile", self.profile, PROFILE_NAMES)
@@ -163,6 +170,7 @@ class UpstreamSettings:
         )
         one_of("tool_content", self.tool_content, ("auto", *TOOL_CONTENTS))
         one_of("tool_call_ids", self.tool_call_ids, ("auto", *TOOL_CALL_IDS))
+        one_of("tool_names", self.tool_names, TOOL_NAME_RULE_NAMES)
         if not is_http_url(self.base_url):
             raise ConfigError(
                 f"base_url: must be an http:// or https:// URL, got {self.base_url!r}"

@@ -55,6 +55,13 @@ class UpstreamRoute:
             }
         )
 
+    def tool_name_rule(self, profile: ProviderProfile) -> str:
+        """The route's `tool_names` rule, "auto" meaning the profile's."""
+        configured = self.upstream.tool_names
+        if configured == "auto":
+            return profile.tool_name_rule
+        return "" if configured == "none" else configured
+
     def markup(self) -> MarkupRules:
         upstream = self.upstream
         return MarkupRules(

@@ -605,6 +605,27 @@ CASES += [
         request_side=True,
     ),
 ]
+DOTTED_TOOL = {
+    "type": "function",
+    "function": {"name": "files.read", "parameters": {"type": "object", "properties": {}}},
+}
+OPENAI_NAMES = (("upstream.tool_names", "openai"),)
+CASES += [
+    Case(
+        "tool_name_renamed",
+        answer(),
+        tools=(DOTTED_TOOL,),
+        config=OPENAI_NAMES,
+        request_side=True,
+    ),
+    # The upstream was sent `files_read` and calls it so: the client gets `files.read`.
+    Case(
+        "tool_name_restored",
+        called(function={"name": "files_read", "arguments": "{}"}),
+        tools=(DOTTED_TOOL,),
+        config=OPENAI_NAMES,
+    ),
+]
 
 NOBODY_LISTENS = free_port()
 CASES += [

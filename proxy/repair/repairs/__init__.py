@@ -15,6 +15,7 @@ from proxy.repair.repairs.role import SingleRoleRepair
 from proxy.repair.repairs.text_reasoning import TextReasoningRepair
 from proxy.repair.repairs.text_tool_calls import TextToolCallRepair
 from proxy.repair.repairs.tool_calls import ToolCallRepair
+from proxy.repair.repairs.tool_names import ToolNameRepair
 from proxy.repair.repairs.tool_schemas import ToolSchemaRepair
 from proxy.settings.schema import Settings
 
@@ -33,6 +34,12 @@ def default_repairs(settings: Settings, exchange: Exchange, store: ReceiptStore)
        before ToolCallRepair, which then delivers them like the upstream's own.
     3. ToolCallRepair turns whatever the upstream sent into whole calls, which is what every
        later repair reasons about.
+    3a. ToolNameRepair renames, on the request, the tool names the upstream rejects (its
+       request side reads nothing another repair writes), and gives the answer's calls the
+       client's names back right after ToolCallRepair: every call is whole and named by then,
+       the upstream's own, a name ToolCallRepair inferred and a call TextToolCallRepair
+       recognised, all of them named as the upstream was sent the tools (the request they read
+       is the one forwarded), so every one of them is mapped back.
     4. ReusedCallIdRepair sees each call's id once it is final, and before anyone keeps it.
     5. FinishReasonRepair must see the calls that ToolCallRepair emits (even the ones it only
        emits at stream end) to know that "stop" means "tool_calls".
@@ -61,6 +68,7 @@ def default_repairs(settings: Settings, exchange: Exchange, store: ReceiptStore)
             emit=settings.tool_calls.emit,
             max_buffered_bytes=settings.tool_calls.max_buffered_bytes,
         ),
+        ToolNameRepair(exchange),
         ReusedCallIdRepair(exchange),
         FinishReasonRepair(exchange),
         SingleRoleRepair(exchange),

@@ -36,6 +36,7 @@ class TextToolCallRepair(Repair):
         self._max_span = max_span_chars
         tools = DeclaredTools.of(exchange.request) if exchange.markup.tool_calls else None
         self._tools = tools if families else None
+        self._forwarded = False
         self._choices: dict[int, CallRecogniser] = {}
         self._finished: set[int] = set()
         self._envelope: dict[str, Any] = {}
@@ -116,11 +117,20 @@ class TextToolCallRepair(Repair):
     def _recogniser(self, index: int) -> CallRecogniser:
         recogniser = self._choices.get(index)
         if recogniser is None:
-            assert self._tools is not None
             recogniser = self._choices[index] = CallRecogniser(
-                self._families, self._tools, self._exchange.count, self._max_span
+                self._families, self._declared(), self._exchange.count, self._max_span
             )
         return recogniser
+
+    def _declared(self) -> DeclaredTools:
+        """The tools as they went upstream, read once the answer starts: the chain is built
+        before the request's links run, one of them (ToolNameRepair) may rename the tools, and
+        the model names its calls as it was told. Those names are mapped back later on."""
+        assert self._tools is not None
+        if not self._forwarded:
+            self._forwarded = True
+            self._tools = DeclaredTools.of(self._exchange.request) or self._tools
+        return self._tools
 
     def _place(
         self,

@@ -1,0 +1,86 @@
+"""Tool names renamed into what the upstream accepts, and back into the client's in its answer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxy.repair.calls.tool_names import TOOL_NAME_RULES, rename_request
+from proxy.repair.exchange import Exchange
+from proxy.repair.pipeline import Chunk, Repair
+
+RENAMED_KIND = "tool_name_renamed"
+RESTORED_KIND = "tool_name_restored"
+
+
+class ToolNameRepair(Repair):
+    """Gemini rejects the whole request when one declared function's name has a character
+    outside `[a-zA-Z0-9_.:-]`, starts with a digit or passes 64 characters; OpenAI (and DeepSeek)
+    when one is outside `[a-zA-Z0-9_-]{1,64}`, in the tools and in the history alike. MCP clients
+    send `server.tool` and `server/tool`, agents prefix long server names: every turn fails.
+
+    On the request, each name the route's rule rejects (calls/tool_names.py has the rules and
+    their sources) is renamed deterministically, in the tools, the history's calls and
+    `tool_choice`, counted once per name. In the answer, every call named with a new name gets
+    the client's name back, streamed (the opening delta carries the name) or not. The mapping
+    is made from this request's own names, so it needs no store: the next request carries the
+    client's names again and is renamed the same way."""
+
+    def __init__(self, exchange: Exchange) -> None:
+        self._exchange = exchange
+        self._back: dict[str, str] = {}
+        """New name -> the client's, for this exchange's answer."""
+
+    async def on_request(self, body: dict[str, Any]) -> bool:
+        rule = TOOL_NAME_RULES.get(self._exchange.tool_name_rule)
+        if rule is None:
+            return False
+        mapping = rename_request(body, rule)
+        self._back = {new: original for original, new in mapping.items()}
+        self._exchange.count(RENAMED_KIND, len(mapping))
+        return bool(mapping)
+
+    def wants_chunks(self) -> bool:
+        # Asked when the chain is built, before `on_request`: whether a rule applies at all.
+        return self._exchange.tool_name_rule in TOOL_NAME_RULES
+
+    def on_chunk(self, chunk: Chunk) -> list[Chunk] | None:
+        if not self._back:
+            return None
+        changed = False
+        for choice in _list(chunk.get("choices")):
+            delta = choice.get("delta") if isinstance(choice, dict) else None
+            if isinstance(delta, dict):
+                changed |= self._restore(delta)
+        return [chunk] if changed else None
+
+    async def on_response(self, body: dict[str, Any]) -> bool:
+        if not self._back:
+            return False
+        changed = False
+        for choice in _list(body.get("choices")):
+            message = choice.get("message") if isinstance(choice, dict) else None
+            if isinstance(message, dict):
+                changed |= self._restore(message)
+        return changed
+
+    def _restore(self, message: dict[str, Any]) -> bool:
+        """Give a message's or delta's calls the client's names back."""
+        functions = [
+            call.get("function")
+            for call in _list(message.get("tool_calls"))
+            if isinstance(call, dict)
+        ]
+        functions.append(message.get("function_call"))  # the legacy single call
+        changed = False
+        for function in functions:
+            if isinstance(function, dict) and isinstance(function.get("name"), str):
+                original = self._back.get(function["name"])
+                if original is not None:
+                    function["name"] = original
+                    self._exchange.count(RESTORED_KIND)
+                    changed = True
+        return changed
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
