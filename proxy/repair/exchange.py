@@ -39,6 +39,9 @@ class Exchange:
     """What the upstream of this request needs, decided once, before the stream starts."""
     schema_dialect: str = ""
     """The JSON Schema dialect this upstream takes tool parameters in ("": as sent)."""
+    learned_parameters: frozenset[str] = frozenset()
+    """Request parameters this upstream answered 400/422 for before (upstream/parameter_fallback
+    .py remembers them): ParameterRepair drops them up front."""
     markup: MarkupRules = field(default_factory=MarkupRules)
     """What the route lets the markup repairs do with text that is really calls or reasoning."""
     scope: ReceiptScope = field(default_factory=lambda: ReceiptScope(None, "none"))
