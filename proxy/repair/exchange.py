@@ -43,6 +43,9 @@ class Exchange:
     """The message shapes this upstream takes: the route's rules, by default the profile's."""
     tool_name_rule: str = ""
     """The rule this upstream's tool names must follow ("": as sent)."""
+    learned_parameters: frozenset[str] = frozenset()
+    """Request parameters this upstream answered 400/422 for before (upstream/parameter_fallback
+    .py remembers them): ParameterRepair drops them up front."""
     markup: MarkupRules = field(default_factory=MarkupRules)
     """What the route lets the markup repairs do with text that is really calls or reasoning."""
     scope: ReceiptScope = field(default_factory=lambda: ReceiptScope(None, "none"))

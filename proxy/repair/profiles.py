@@ -82,6 +82,24 @@ class MessageRules:
 
 
 @dataclass(frozen=True, slots=True)
+class ParameterRule:
+    """A top-level request parameter an upstream rejects (400/422) or knows by another name."""
+
+    name: str
+    rename_to: str = ""
+    """Send the value under this name instead; "" drops the parameter."""
+    only_values: tuple[object, ...] = ()
+    """Applies only when the value is one of these (Cerebras takes `parallel_tool_calls`
+    true, not false); empty: whatever the value."""
+
+    def applies(self, value: object) -> bool:
+        # `type(v) is type(value)`: False must not match 0, nor True 1.
+        return not self.only_values or any(
+            type(v) is type(value) and v == value for v in self.only_values
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class ProviderProfile:
     name: str
     receipts: tuple[ReceiptRule, ...] = ()
@@ -102,6 +120,8 @@ class ProviderProfile:
     """The rule its tool names must follow (a key of `proxy.repair.calls.tool_names.
     TOOL_NAME_RULES`); names it rejects are renamed, and renamed back in the answer. "" sends
     them as the client wrote them."""
+    parameters: tuple[ParameterRule, ...] = ()
+    """Request parameters this upstream rejects or renames (ParameterRepair applies them)."""
 
     def rules(self, on: str) -> tuple[ReceiptRule, ...]:
         return tuple(rule for rule in self.receipts if rule.on == on)
@@ -142,11 +162,32 @@ _EVIDENCE = {
     "foreign_kept_where_issued": True,
 }
 
+# Gemini's OpenAI endpoint answers 400 INVALID_ARGUMENT "Invalid JSON payload received. Unknown
+# name \"store\": Cannot find field." (Routstr/routstr-core#505), the same for
+# `prompt_cache_key` (leookun/cursor-byok#112): OpenAI SDK clients and agents send both.
+_GEMINI_PARAMETERS = (ParameterRule("store"), ParameterRule("prompt_cache_key"))
+# Mistral validates with pydantic and forbids extras: 422 `extra_forbidden` with loc
+# ["body", "max_completion_tokens"] (editor-code-assistant/eca#231) and ["body", "store"]
+# (Gitlawb/openclaude#739). Its own name for the limit is `max_tokens`.
+_MISTRAL_PARAMETERS = (
+    ParameterRule("max_completion_tokens", rename_to="max_tokens"),
+    ParameterRule("store"),
+)
+# Groq: 400 "property 'store' is unsupported, did you mean 'stop'?" (fanenr/chatbot#21).
+_GROQ_PARAMETERS = (ParameterRule("store"),)
+# Cerebras: 400 "parallel_tool_calls=False is not supported by this model." with param
+# `parallel_tool_calls` (agno-agi/agno#4508); true is its default, so only false goes.
+_CEREBRAS_PARAMETERS = (ParameterRule("parallel_tool_calls", only_values=(False,)),)
+
 PROFILES: dict[str, ProviderProfile] = {
     # Both build Google's `Schema` (an OpenAPI 3.0 subset) from the tools' parameters.
     # and both refuse a function name outside `[a-zA-Z_][a-zA-Z0-9_.:-]{0,63}`.
     "gemini": ProviderProfile(
-        "gemini", **_GOOGLE, schema_dialect="gemini", tool_name_rule="gemini"
+        "gemini",
+        **_GOOGLE,
+        schema_dialect="gemini",
+        tool_name_rule="gemini",
+        parameters=_GEMINI_PARAMETERS,
     ),
     "vertex": ProviderProfile(
         "vertex", **_GOOGLE, schema_dialect="gemini", tool_name_rule="gemini"
@@ -169,7 +210,8 @@ PROFILES: dict[str, ProviderProfile] = {
     # (langchain#21196), which an empty content beside the calls counts as.
     "mistral": ProviderProfile(
         "mistral",
-        foreign_metadata=_NOT_GOOGLE,
+        **_EVIDENCE,
+        parameters=_MISTRAL_PARAMETERS,
         messages=MessageRules(
             developer_role="system", assistant_tool_content="null", tool_call_ids="nine_alnum"
         ),
@@ -197,6 +239,10 @@ PROFILES: dict[str, ProviderProfile] = {
         schema_dialect="moonshot",
         messages=MessageRules(tool_content="string"),
     ),
+    # Receipts as the evidence profile takes them (these hosts were `generic` before their
+    # parameter tables): only what they reject is theirs.
+    "groq": ProviderProfile("groq", **_EVIDENCE, parameters=_GROQ_PARAMETERS),
+    "cerebras": ProviderProfile("cerebras", **_EVIDENCE, parameters=_CEREBRAS_PARAMETERS),
     "generic": ProviderProfile("generic", **_EVIDENCE),
 }
 
@@ -210,6 +256,8 @@ _HOSTS = (
     ("api.moonshot.cn", "kimi"),
     ("api.deepseek.com", "deepseek"),
     ("api.mistral.ai", "mistral"),
+    ("api.groq.com", "groq"),
+    ("api.cerebras.ai", "cerebras"),
 )
 
 

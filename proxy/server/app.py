@@ -38,6 +38,7 @@ from proxy.upstream.context import UPSTREAM, UpstreamContext
 from proxy.upstream.failures import describe_failure, upstream_origin
 from proxy.upstream.headers import RawHeaders, request_headers, response_headers
 from proxy.upstream.http1 import RETRIED
+from proxy.upstream.parameter_fallback import learned, open_memory, read_rejection, resent
 from proxy.upstream.routes import Router, UpstreamRoute, upstream_url, without_credential_parameters
 from proxy.upstream.transports import upstream_transport
 from proxy.wire import json_codec
@@ -81,6 +82,7 @@ class Proxy:
         self.transport = transport or upstream_transport(settings, environ)
         self.started = False
         self.store: ReceiptStore = open_store(settings.receipts)
+        self.parameters = open_memory(settings)  # parameters upstreams rejected (400/422)
         self.metrics = Metrics()
         self.body_budget = BodyBudget()  # one app per process: every connection's bodies
         # None unless OTEL_* asks for traces: each hook below is then one attribute test.
@@ -102,6 +104,7 @@ class Proxy:
             self.started = False
             await self.transport.aclose()
             await self.store.aclose()
+            await self.parameters.aclose()
             if self.tracing:
                 self.tracing.shutdown()
 
@@ -134,10 +137,15 @@ class Proxy:
         if renamed:
             body["model"] = route.upstream.model
         exchange = self._exchange(request, request_id, body, route)
+        learning = route.upstream.learn_rejected_parameters
+        if learning:
+            exchange.learned_parameters = await self.parameters.recall(route.identity, body)
         chain = self.chain_factory(self.settings, exchange, self.store)
         changed = await chain.on_request(body) or renamed
         content = json_codec.dumps(body) if changed else raw
         upstream = await self._send(request, route, CHAT_PATH, content, exchange)
+        if learning and not isinstance(upstream, Response):
+            upstream = await self._without_rejected(route, body, upstream, exchange)
         if isinstance(upstream, Response):
             return self._failed(exchange, upstream)
         status = upstream.status_code
@@ -278,6 +286,32 @@ class Proxy:
                 UPSTREAM: UpstreamContext(route.upstream.base_url, exchange.profile.name, exchange),
             },
         )
+        return await self._dispatch(route, outgoing, exchange)
+
+    async def _without_rejected(
+        self, route: UpstreamRoute, body: dict, upstream: httpx.Response, exchange: Exchange
+    ) -> httpx.Response | Response:
+        """The one exception to sending once: a 400/422 naming top-level parameters the
+        request sent (upstream/parameter_fallback.py) was refused before anything was
+        generated, so the same request (the repairs' output) minus them goes once more, and
+        they are remembered for this upstream and model. Whatever that answers goes to the
+        client; any other answer is returned as it came."""
+        upstream, names = await read_rejection(upstream, body)
+        if not names:
+            return upstream
+        await upstream.aclose()
+        model = body.get("model")
+        for name in names:
+            del body[name]
+        self.parameters.remember(route.identity, model, names, upstream.status_code)
+        learned(exchange, route.name, upstream.status_code, names, self.parameters.ttl_seconds)
+        return await self._dispatch(
+            route, resent(upstream.request, json_codec.dumps(body)), exchange
+        )
+
+    async def _dispatch(
+        self, route: UpstreamRoute, outgoing: httpx.Request, exchange: Exchange
+    ) -> httpx.Response | Response:
         if logger.isEnabledFor(logging.DEBUG):
             # Method, host and path only: the query and the URL's userinfo may carry a key.
             url = outgoing.url
@@ -308,7 +342,8 @@ class Proxy:
         return response
 
     async def _send_upstream(self, outgoing: httpx.Request, exchange: Exchange) -> httpx.Response:
-        """The request goes upstream once: the app never sends it again by itself. Only the
+        """The request goes upstream once: the app never sends it again by itself (but for a
+        parameter the upstream refused by name, `_without_rejected`). Only the
         transport knows whether its connection was reused and whether anything came back, so
         it decides when a second send provably does no harm (Http1Transport) and says so in the
         response; httpx's transport never sends twice once a request is written."""

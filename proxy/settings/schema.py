@@ -156,6 +156,10 @@ class UpstreamSettings:
     a leading digit, over 64 characters) are renamed, and renamed back in the answer: "auto"
     (the profile's: gemini and vertex "gemini", openai and deepseek "openai", others none),
     "none", "openai" (`[a-zA-Z0-9_-]{1,64}`), "gemini" (`[a-zA-Z_][a-zA-Z0-9_.:-]{0,63}`)."""
+    learn_rejected_parameters: bool = True
+    """When the upstream answers 400/422 naming a top-level parameter the request sent (not
+    model, messages, tools, tool_choice or stream), send the request once more without it, and
+    drop it up front for this upstream and model for `[parameters] ttl_seconds`."""
 
     def __post_init__(self) -> None:
         one_of("profile", self.profile, PROFILE_NAMES)
@@ -220,6 +224,22 @@ class ReceiptSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class ParameterSettings:
+    """What the proxy remembers of parameters upstreams rejected (`learn_rejected_parameters`):
+    kept in the receipts' store (`[receipts] store`; Redis shares them between replicas) under
+    their own keys."""
+
+    ttl_seconds: float = 86_400.0
+    """How long a rejected parameter is dropped up front before it is tried again."""
+    max_entries: int = 10_000
+    """The memory store's bound (upstream, model and parameter per entry); oldest go first."""
+
+    def __post_init__(self) -> None:
+        if self.ttl_seconds <= 0 or self.max_entries <= 0:
+            raise ConfigError("ttl_seconds, max_entries: must be positive")
+
+
+@dataclass(frozen=True, slots=True)
 class ToolCallSettings:
     emit: str = "atomic"
     max_buffered_bytes: int = 8 * 1024 * 1024
@@ -267,6 +287,7 @@ class Settings:
     upstream: UpstreamSettings = field(default_factory=UpstreamSettings)
     tool_calls: ToolCallSettings = field(default_factory=ToolCallSettings)
     receipts: ReceiptSettings = field(default_factory=ReceiptSettings)
+    parameters: ParameterSettings = field(default_factory=ParameterSettings)
     history: HistorySettings = field(default_factory=HistorySettings)
     recording: RecordingSettings = field(default_factory=RecordingSettings)
     routes: tuple[RouteSettings, ...] = ()

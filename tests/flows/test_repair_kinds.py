@@ -643,6 +643,11 @@ reply("unrepaired_encoding", *answer(), headers={"content-encoding": "br"})
 reply("stream_aborted", sse(TEXT, done=False), break_off=True)
 
 COVERED_ELSEWHERE = {
+    # The parameter kinds need an upstream that refuses a parameter with its real error body
+    # (tests/support/rejecting_upstream.py), and two requests for the one learned.
+    "parameter_dropped": "test_each_table_rule_meets_an_upstream_that_refuses_exactly_that",
+    "parameter_renamed": "test_mistral_keeps_the_clients_own_max_tokens_over_the_renamed_one",
+    "parameter_learned": "test_the_learned_drop_is_counted_and_logged_once_with_the_request_id",
     # A reused connection the upstream closed under the request needs a scripted socket.
     "upstream_retried": "test_a_get_retried_by_the_transport_is_counted_and_logged",
     # The schema kinds all come from one rewrite through one count: three run through the

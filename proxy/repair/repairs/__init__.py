@@ -10,6 +10,7 @@ from proxy.repair.repairs.call_ids import ReusedCallIdRepair
 from proxy.repair.repairs.finish_reason import FinishReasonRepair
 from proxy.repair.repairs.history import HistoryRepair
 from proxy.repair.repairs.message_shapes import MessageShapeRepair
+from proxy.repair.repairs.parameters import ParameterRepair
 from proxy.repair.repairs.receipts import ReceiptRepair
 from proxy.repair.repairs.role import SingleRoleRepair
 from proxy.repair.repairs.text_reasoning import TextReasoningRepair
@@ -25,7 +26,9 @@ def default_repairs(settings: Settings, exchange: Exchange, store: ReceiptStore)
 
     0. HistoryRepair (request side only) heals the history before anything reads its ids;
        ToolSchemaRepair (request side only) rewrites the tools' schemas for the upstream's
-       dialect, reading nothing another repair writes.
+       dialect, reading nothing another repair writes; ParameterRepair (request side only)
+       drops or renames top-level parameters the upstream rejects, which no other repair reads
+       or adds.
     1. TextReasoningRepair moves reasoning written as content into the reasoning field first,
        so a tool-call tag the model wrote while thinking never reaches the recogniser as
        content and cannot become a call; harmony's commentary channel (gpt-oss's calls) is
@@ -59,6 +62,7 @@ def default_repairs(settings: Settings, exchange: Exchange, store: ReceiptStore)
     return [
         *history,
         ToolSchemaRepair(exchange),
+        ParameterRepair(exchange),
         TextReasoningRepair(exchange),
         TextToolCallRepair(
             exchange, FAMILIES, max_span_chars=settings.tool_calls.max_buffered_bytes

@@ -20,6 +20,7 @@ from proxy.repair.pipeline import RepairChain
 from proxy.repair.receipts.store import MemoryStore
 from proxy.repair.repairs import default_repairs
 from proxy.repair.repairs.history import HistoryRepair
+from proxy.repair.repairs.parameters import ParameterRepair
 from proxy.repair.repairs.text_reasoning import TextReasoningRepair
 from proxy.repair.repairs.text_tool_calls import TextToolCallRepair
 from proxy.repair.repairs.tool_calls import ToolCallRepair
@@ -226,9 +227,10 @@ def test_it_runs_first_after_the_request_side_repairs() -> None:
     exchange = Exchange(request_id="test")
     chain = default_repairs(settings, exchange, MemoryStore(max_entries=1, ttl_seconds=1))
     kinds = [type(repair) for repair in chain]
-    assert kinds[:5] == [
+    assert kinds[:6] == [
         HistoryRepair,
         ToolSchemaRepair,
+        ParameterRepair,
         TextReasoningRepair,
         TextToolCallRepair,
         ToolCallRepair,

@@ -1,0 +1,48 @@
+"""Request parameters the upstream rejects, dropped or renamed before the request goes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxy.repair.exchange import Exchange
+from proxy.repair.pipeline import Repair
+
+PROTECTED = frozenset({"model", "messages", "tools", "tool_choice", "stream"})
+"""What the client's request is: never dropped or renamed, whatever a table or an error says."""
+
+DROPPED_KIND = "parameter_dropped"
+RENAMED_KIND = "parameter_renamed"
+
+
+class ParameterRepair(Repair):
+    """OpenAI-compatible upstreams reject a whole request over one OpenAI parameter they do not
+    know: Gemini 400 `Unknown name "store"`, Mistral 422 `extra_forbidden` for
+    `max_completion_tokens`, Groq 400 `property 'store' is unsupported`. OpenAI's SDKs and the
+    agents built on them send these on every turn, so every turn fails. The profile's
+    `parameters` table says which to drop and which to send under the upstream's own name
+    (the value kept); parameters this upstream rejected before (`exchange.learned_parameters`,
+    from the 400/422 fallback) are dropped too. A request carrying none of them is untouched."""
+
+    def __init__(self, exchange: Exchange) -> None:
+        self._exchange = exchange
+
+    async def on_request(self, body: dict[str, Any]) -> bool:
+        changed = False
+        for rule in self._exchange.profile.parameters:
+            name = rule.name
+            if name in PROTECTED or name not in body or not rule.applies(body[name]):
+                continue
+            value = body.pop(name)
+            changed = True
+            target = rule.rename_to
+            if target and target not in PROTECTED and target not in body:
+                body[target] = value
+                self._exchange.count(RENAMED_KIND)
+            else:  # a drop, or the client also sent the target name: its own value wins
+                self._exchange.count(DROPPED_KIND)
+        for name in sorted(self._exchange.learned_parameters):
+            if name in body and name not in PROTECTED:
+                del body[name]
+                self._exchange.count(DROPPED_KIND)
+                changed = True
+        return changed
