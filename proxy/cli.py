@@ -208,8 +208,13 @@ def _explain(args: argparse.Namespace) -> int:
 
 def _config(args: argparse.Namespace) -> int:
     from proxy.settings.display import as_toml, masked
+    from proxy.upstream.rules_view import rules_in_force
 
-    document = masked(_settings(args), os.environ)
+    settings = _settings(args)
+    document = masked(settings, os.environ)
+    shown = [document["upstream"], *document["routes"]]
+    for upstream, table in zip([settings.upstream, *settings.routes], shown, strict=True):
+        table["rules_in_force"] = rules_in_force(upstream)
     if args.json:
         print(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
     else:
