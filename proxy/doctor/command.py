@@ -108,7 +108,6 @@ def _settings(options: Options) -> Settings:
     return Settings().with_values(
         {
             "upstream.base_url": options.upstream,
-            "upstream.api_key_env": options.api_key_env,
             "upstream.connect_timeout": options.timeout,
             "upstream.read_timeout": options.timeout,
             "routes": [],
@@ -125,7 +124,7 @@ async def _live(options: Options, key: str) -> list[Row]:
         headers["authorization"] = f"Bearer {key}"
     limits = Limits(options.timeout, total=options.timeout * 4, requests=2 * len(CHECKS))
     context = Context(options.model)
-    transport = AnsweringTransport(base_url, limits)
+    transport = AnsweringTransport(base_url, limits, headers.get("authorization", ""))
     rows = []
     async with (
         httpx.AsyncClient(timeout=options.timeout) as direct,

@@ -3,7 +3,8 @@ same request through the real app in process (`create_app` over an ASGI transpor
 `streamfix replay` and `explain` run it), whose transport answers with the upstream's recorded
 bytes when the proxy forwards the request unchanged and sends it upstream only when a repair
 changed it. Requests go to the given upstream only, each with a timeout, all within a budget
-of requests and a total time limit; the key goes only into their Authorization header.
+of requests and a total time limit; the key goes only into their Authorization header (the
+in-process app never holds it: its transport adds it to what it sends upstream).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from proxy.upstream.recording import relative_path
 
 DOCTOR_TENANT = "streamfix-doctor"
 """The credential the in-process client presents, so receipts are kept between its turns;
-never sent anywhere (the proxy sends the configured key, or none)."""
+never sent upstream (the transport puts the upstream's key in its place, or none)."""
 
 
 class OutOfTime(Exception):
@@ -92,8 +93,9 @@ class AnsweringTransport(httpx.AsyncBaseTransport):
     it gets the upstream's recorded answer (nothing sent twice); one a repair changed goes to
     the upstream, within the run's limits, and only to its base URL."""
 
-    def __init__(self, base_url: str, limits: Limits) -> None:
+    def __init__(self, base_url: str, limits: Limits, authorization: str = "") -> None:
         self._base_url = base_url.rstrip("/")
+        self._authorization = authorization
         self._limits = limits
         self._recorded: dict[str, Cassette] = {}
         self._live = httpx.AsyncClient(timeout=limits.timeout)
@@ -110,9 +112,10 @@ class AnsweringTransport(httpx.AsyncBaseTransport):
         if recorded is None:
             if not str(request.url).startswith(self._base_url + "/"):
                 return httpx.Response(502, json={"error": {"message": "not the upstream"}})
+            # The upstream's key, never the in-process client's made-up tenant credential.
             headers = {"content-type": "application/json"}
-            if "authorization" in request.headers:
-                headers["authorization"] = request.headers["authorization"]
+            if self._authorization:
+                headers["authorization"] = self._authorization
             self.sent_by_proxy += 1
             recorded = await send(self._live, str(request.url), headers, body, self._limits)
             if recorded.status == 0:
