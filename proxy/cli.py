@@ -128,7 +128,11 @@ def _doctor_parser(commands: Any, options: dict[str, Any]) -> None:
     doctor.add_argument("--route", metavar="NAME", default="", help="suggest a [[routes]] entry")
     doctor.add_argument("--from", dest="from_dir", metavar="DIR", default="", help="cassettes")
     doctor.add_argument(
-        "--timeout", type=float, default=30.0, metavar="SECONDS", help="per request"
+        "--timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="for each request; the whole run stops after 8 times this",
     )
 
 

@@ -23,9 +23,10 @@ from proxy.doctor.probe import (
     through_proxy,
     upstream_body,
 )
-from proxy.doctor.report import Row, as_json, as_text, parse_repairs, suggested
+from proxy.doctor.report import HELPFUL_KEYS, Row, as_json, as_text, parse_repairs, suggested
 from proxy.replay_check import replayed, settings_for
 from proxy.settings.schema import Settings
+from proxy.settings.toml_text import value_text
 from proxy.upstream.cassettes import Cassette
 
 COMMENT = b": streamfix-repairs "
@@ -116,13 +117,19 @@ def _settings(options: Options) -> Settings:
     )
 
 
+TIME_LIMIT_FACTOR = 8
+"""The whole run may take this many times the per-request timeout."""
+
+
 async def _live(options: Options, key: str) -> list[Row]:
     base_url = options.upstream.rstrip("/")
     url = f"{base_url}/chat/completions"
     headers = {"content-type": "application/json"}
     if key:
         headers["authorization"] = f"Bearer {key}"
-    limits = Limits(options.timeout, total=options.timeout * 4, requests=2 * len(CHECKS))
+    # Each check once direct, once more when a repair changed it, and once per suggested key.
+    budget = 2 * len(CHECKS) + len(HELPFUL_KEYS)
+    limits = Limits(options.timeout, options.timeout * TIME_LIMIT_FACTOR, budget)
     context = Context(options.model)
     transport = AnsweringTransport(base_url, limits, headers.get("authorization", ""))
     rows = []
@@ -132,8 +139,32 @@ async def _live(options: Options, key: str) -> list[Row]:
     ):
         for check in CHECKS:
             rows.append(await _one(check, context, direct, proxy, transport, url, headers, limits))
-    await transport.aclose()
+    try:
+        await _try_suggestions(options, rows, transport)
+    finally:
+        await transport.close()
     return rows
+
+
+async def _try_suggestions(
+    options: Options, rows: list[Row], transport: AnsweringTransport
+) -> None:
+    """The checks a suggested key is for, sent once more through a proxy configured with it,
+    so the report says whether the suggestion works rather than hoping it does."""
+    table = suggested(options.upstream, options.model, rows)["upstream"]
+    keys = {check: key for check, _, key, _ in HELPFUL_KEYS if key in table}
+    if not keys:
+        return
+    settings = _settings(options).with_values(
+        {f"upstream.{key}": table[key] for key in keys.values()}, text=False
+    )
+    async with in_process_proxy(settings, transport) as proxy:
+        for row in rows:
+            if row.name in keys:
+                response = await through_proxy(proxy, orjson.dumps(row.request))
+                tried = _row(row.name, row.request, row.expects, Answer(0, b"", False), response)
+                key = keys[row.name]
+                row.with_config = (f"{key} = {value_text(table[key])}", tried.after)
 
 
 async def _one(
@@ -176,6 +207,8 @@ def _row(
         problems(answer, request, expects),
         problems(after, request, expects),
         _repairs(response),
+        request,
+        expects,
     )
 
 

@@ -128,6 +128,10 @@ class AnsweringTransport(httpx.AsyncBaseTransport):
         )
 
     async def aclose(self) -> None:
+        """Nothing: each in-process app closes its transport at shutdown, and one run uses
+        this one for two apps (today's configuration, then the suggested one); `close` ends it."""
+
+    async def close(self) -> None:
         await self._live.aclose()
 
 

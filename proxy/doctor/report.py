@@ -29,6 +29,10 @@ class Row:
     after: list[Problem]
     repairs: dict[str, int] = field(default_factory=dict)
     """The repair kinds the proxy counted on this exchange (`x-streamfix-repairs`)."""
+    request: dict[str, Any] = field(default_factory=dict)
+    expects: int = 0
+    with_config: tuple[str, list[Problem]] | None = None
+    """The suggested key tried for this check, and the problems left with it."""
 
     @property
     def verdict(self) -> str:
@@ -47,8 +51,14 @@ class Row:
     @property
     def streamfix(self) -> str:
         done = ", ".join(f"{kind} x{n}" for kind, n in self.repairs.items()) or "nothing to do"
-        if self.after:
-            return f"{done}; still: " + "; ".join(p.text for p in self.after)
+        left = [p.text for p in self.after]
+        if left:
+            same = left == [p.text for p in self.direct]
+            done = f"{done}; the client still gets " + ("the same" if same else "; ".join(left))
+        if self.with_config is not None:
+            key, left = self.with_config
+            outcome = "; ".join(p.text for p in left) if left else "fixed"
+            done = f"{done}; with {key}: {outcome}"
         return done
 
 

@@ -94,6 +94,10 @@ def test_a_gemini_like_upstream(capsys: pytest.CaptureFixture[str]) -> None:
     schema = row(document, "schema_keywords")
     assert 'Unknown name "additionalProperties"' in schema["observed"]
     assert document["config"]["upstream"]["schema_dialect"] == "gemini"
+    # The suggestion is tried, not hoped for: the check once more with the key, accepted.
+    assert schema["streamfix"].endswith('with schema_dialect = "gemini": fixed')
+    retried = document["fake"].requests[-1]
+    assert "place" in str(retried["tools"]) and "additionalProperties" not in str(retried)
     assert "tool_names" not in document["config"]["upstream"]
     assert document["exit"] == 1
 
@@ -138,6 +142,7 @@ def test_a_deepseek_like_upstream(capsys: pytest.CaptureFixture[str]) -> None:
     assert "reasoning_content_injected" in follow_up["streamfix"]
     assert found["dotted_tool_name"] == "not_fixable"
     assert document["config"]["upstream"]["tool_names"] == "openai"
+    assert row(document, "dotted_tool_name")["streamfix"].endswith('tool_names = "openai": fixed')
     # The follow-up went once direct (400) and once as the proxy repaired it (accepted).
     follow_ups = [r for r in document["fake"].requests if len(r["messages"]) == 3]
     assert [("reasoning_content" in r["messages"][1]) for r in follow_ups] == [False, True]
@@ -270,3 +275,21 @@ def test_from_a_directory_without_cassettes(
 ) -> None:
     assert main(["doctor", "--from", str(tmp_path)]) == 2
     assert "no cassettes" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("typed", "sent"), [("y", True), ("n", False), ("", False)])
+def test_a_terminal_confirms_with_y(
+    typed: str,
+    sent: bool,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True)
+    prompts: list[str] = []
+    monkeypatch.setattr("builtins.input", lambda prompt: prompts.append(prompt) or typed)
+    with running(upstreams.OPENAI) as (url, fake):
+        code = main(["doctor", "--upstream", url, "--model", "m"])
+    assert prompts == [f"Send these {len(NAMES)} requests? [y/N] "]
+    assert bool(fake.requests) is sent
+    assert code == (0 if sent else 2)
+    capsys.readouterr()
