@@ -22,12 +22,14 @@ from proxy.doctor.probe import (
     send,
     through_proxy,
     upstream_body,
+    upstream_text,
 )
 from proxy.doctor.report import HELPFUL_KEYS, Row, as_json, as_text, parse_repairs, suggested
 from proxy.replay_check import replayed, settings_for
 from proxy.settings.schema import Settings
 from proxy.settings.toml_text import value_text
 from proxy.upstream.cassettes import Cassette
+from proxy.wire.credentials import MASK
 
 COMMENT = b": streamfix-repairs "
 
@@ -51,6 +53,7 @@ class Options:
 def run_doctor(options: Options) -> int:
     """0: the report printed, every problem fixed; 1: some problem the proxy does not fix;
     2: a usage problem, or nothing confirmed (the plan printed, nothing sent)."""
+    key = ""
     try:
         if options.from_dir:
             rows, upstream, model = asyncio.run(_offline(Path(options.from_dir)))
@@ -68,9 +71,11 @@ def run_doctor(options: Options) -> int:
     config = suggested(upstream, model, rows, options.api_key_env, options.route)
     if options.json:
         document = as_json(upstream, model, rows, config)
-        print(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
+        text = orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n"
     else:
-        print(as_text(upstream, model, rows, config, _colour()), end="")
+        text = as_text(upstream, model, rows, config, _colour())
+    # An upstream's error may quote the key it was sent; the report never does.
+    print(text.replace(key, MASK) if key else text, end="")
     return 1 if any(row.verdict == "not_fixable" for row in rows) else 0
 
 
@@ -189,7 +194,7 @@ async def _one(
 
 
 def _answer(cassette: Cassette, streamed: bool) -> Answer:
-    answer = read_answer(cassette.status, upstream_body(cassette), streamed)
+    answer = read_answer(cassette.status, upstream_text(cassette), streamed)
     if cassette.status == 0:
         answer.error = upstream_body(cassette).decode()
     return answer
@@ -234,7 +239,7 @@ async def _offline(directory: Path) -> tuple[list[Row], str, str]:
         upstream = upstream or cassette.upstream_base_url
         model = model or str(request.get("model", ""))
         streamed = bool(request.get("stream"))
-        answer = read_answer(cassette.status, upstream_body(cassette), streamed)
+        answer = read_answer(cassette.status, upstream_text(cassette), streamed)
         response = await replayed(
             cassette,
             settings_for(cassette, Settings()),

@@ -20,8 +20,10 @@ import orjson
 
 from proxy.server.app import create_app
 from proxy.settings.schema import Settings
+from proxy.upstream.body_decoding import decoder_for
 from proxy.upstream.cassettes import Cassette, Chunk, request_key
 from proxy.upstream.recording import relative_path
+from proxy.wire.limits import LimitExceeded
 
 DOCTOR_TENANT = "streamfix-doctor"
 """The credential the in-process client presents, so receipts are kept between its turns;
@@ -85,7 +87,20 @@ async def send(
 
 
 def upstream_body(cassette: Cassette) -> bytes:
+    """The bytes as they came (compressed, when the upstream compressed them)."""
     return b"".join(chunk.data for chunk in cassette.chunks)
+
+
+def upstream_text(cassette: Cassette) -> bytes:
+    """The body to examine: decoded as the proxy decodes it (gzip, deflate), else as it came."""
+    decoder = decoder_for(cassette.response_headers.get("content-encoding", ""))
+    if decoder is None:
+        return upstream_body(cassette)
+    try:
+        pieces = [b"".join(decoder.decode(chunk.data)) for chunk in cassette.chunks]
+        return b"".join(pieces) + decoder.flush()
+    except LimitExceeded:
+        return upstream_body(cassette)
 
 
 class AnsweringTransport(httpx.AsyncBaseTransport):
@@ -124,7 +139,7 @@ class AnsweringTransport(httpx.AsyncBaseTransport):
         return httpx.Response(
             recorded.status,
             headers=recorded.response_headers,
-            content=upstream_body(recorded),
+            stream=httpx.ByteStream(upstream_body(recorded)),  # raw, as a live stream is read
         )
 
     async def aclose(self) -> None:

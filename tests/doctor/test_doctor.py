@@ -192,7 +192,7 @@ def test_the_key_goes_only_into_the_authorization_header(
 ) -> None:
     key = "sk-doctor-secret-1234567890"
     monkeypatch.setenv("DOCTOR_TEST_KEY", key)
-    for quirks in (upstreams.DEEPSEEK, upstreams.GEMINI):
+    for quirks in (upstreams.DEEPSEEK, upstreams.GEMINI, Quirks(echoes_key=True)):
         with running(quirks) as (url, fake):
             for extra in ([], ["--json"]):
                 main(
@@ -210,6 +210,8 @@ def test_the_key_goes_only_into_the_authorization_header(
                 )
                 captured = capsys.readouterr()
                 assert key not in captured.out + captured.err
+                if quirks.echoes_key:  # the upstream quoted the key; the report masks it
+                    assert "Incorrect API key provided: ****." in captured.out
                 assert 'api_key_env = "DOCTOR_TEST_KEY"' in captured.out or extra
         assert {h.get("authorization") for h in fake.headers} == {f"Bearer {key}"}
 
@@ -293,3 +295,11 @@ def test_a_terminal_confirms_with_y(
     assert bool(fake.requests) is sent
     assert code == (0 if sent else 2)
     capsys.readouterr()
+
+
+def test_a_compressed_upstream_is_examined_decoded(capsys: pytest.CaptureFixture[str]) -> None:
+    gemini_gzip = Quirks(**{**upstreams.GEMINI.__dict__, "gzip": True})
+    document = doctor_json(gemini_gzip, capsys)
+    assert document["fake"].headers[0]["accept-encoding"]  # the answers went compressed
+    plain = doctor_json(upstreams.GEMINI, capsys)
+    assert verdicts(document) == verdicts(plain)

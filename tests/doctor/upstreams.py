@@ -23,6 +23,8 @@ from typing import Any
 
 import orjson
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.gzip import GZipMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -44,6 +46,10 @@ class Quirks:
     markup: bool = False
     reasoning_required: bool = False
     rejects_dotted_names: bool = False
+    gzip: bool = False
+    """Compress answers for clients that accept gzip (httpx's default)."""
+    echoes_key: bool = False
+    """Refuse a developer message with a 401 quoting the key it was sent."""
 
 
 GEMINI = Quirks(index=False, stop_after_calls=True, rejects_additional_properties=True)
@@ -75,12 +81,18 @@ class FakeUpstream:
     rounds: int = 0
 
     def app(self) -> Starlette:
-        return Starlette(routes=[Route("/v1/chat/completions", self.chat, methods=["POST"])])
+        middleware = [Middleware(GZipMiddleware, minimum_size=0)] if self.quirks.gzip else []
+        routes = [Route("/v1/chat/completions", self.chat, methods=["POST"])]
+        return Starlette(routes=routes, middleware=middleware)
 
     async def chat(self, request: Request) -> Response:
         body = orjson.loads(await request.body())
         self.requests.append(body)
         self.headers.append(dict(request.headers))
+        if self.quirks.echoes_key and body["messages"][0]["role"] == "developer":
+            key = request.headers.get("authorization", "").removeprefix("Bearer ")
+            error = {"message": f"Incorrect API key provided: {key}.", "type": "auth"}
+            return Response(orjson.dumps({"error": error}), 401, media_type="application/json")
         refusal = self._refusal(body)
         if refusal is not None:
             return refusal
