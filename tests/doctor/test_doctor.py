@@ -17,6 +17,7 @@ import pytest
 
 from proxy.cli import main
 from proxy.doctor.checks import CHECKS, Context
+from proxy.doctor.probe import Limits, OutOfTime
 from tests.doctor import upstreams
 from tests.doctor.upstreams import Quirks, running
 from tests.support.proxies import running_proxy
@@ -303,3 +304,14 @@ def test_a_compressed_upstream_is_examined_decoded(capsys: pytest.CaptureFixture
     assert document["fake"].headers[0]["accept-encoding"]  # the answers went compressed
     plain = doctor_json(upstreams.GEMINI, capsys)
     assert verdicts(document) == verdicts(plain)
+
+
+def test_the_request_budget_bounds_a_run() -> None:
+    limits = Limits(timeout=30.0, total=60.0, requests=2)
+    assert limits.take() == 30.0
+    limits.take()
+    with pytest.raises(OutOfTime):
+        limits.take()
+    spent = Limits(timeout=30.0, total=0.0, requests=5)
+    with pytest.raises(OutOfTime):
+        spent.take()
