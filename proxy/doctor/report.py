@@ -45,8 +45,12 @@ class Row:
         return "; ".join(p.text for p in self.direct) or "as OpenAI sends it"
 
     @property
+    def consequences(self) -> list[str]:
+        return list(dict.fromkeys(p.breaks for p in self.direct))
+
+    @property
     def breaks(self) -> str:
-        return "; ".join(dict.fromkeys(p.breaks for p in self.direct)) or "nothing"
+        return "; ".join(self.consequences) or "nothing"
 
     @property
     def streamfix(self) -> str:
@@ -130,7 +134,9 @@ def as_text(
         lines.append(f"{verdict(row.verdict)} {row.name:<{width}}  {_short(row.observed)}")
         if row.verdict != FINE:
             indent = " " * (12 + width + 2)
-            lines.append(f"{indent}breaks:    {_short(row.breaks)}")
+            for n, consequence in enumerate(row.consequences):
+                label = "breaks:   " if n == 0 else "          "
+                lines.append(f"{indent}{label} {_short(consequence)}")
             lines.append(f"{indent}streamfix: {_short(row.streamfix)}")
     counts = {v: sum(row.verdict == v for row in rows) for v in (FINE, FIXED, NOT_FIXABLE)}
     lines += ["", ", ".join(f"{n} {v}" for v, n in counts.items()), ""]
