@@ -16,6 +16,7 @@ import orjson
 from proxy.doctor.checks import CHECKS, Check, Context
 from proxy.doctor.examine import Answer, problems, read_answer
 from proxy.doctor.probe import (
+    DOCTOR_TENANT,
     AnsweringTransport,
     Limits,
     in_process_proxy,
@@ -29,7 +30,7 @@ from proxy.replay_check import replayed, settings_for
 from proxy.settings.schema import Settings
 from proxy.settings.toml_text import value_text
 from proxy.upstream.cassettes import Cassette
-from proxy.wire.credentials import MASK
+from proxy.wire.credentials import MASK, masked_url
 
 COMMENT = b": streamfix-repairs "
 
@@ -68,6 +69,7 @@ def run_doctor(options: Options) -> int:
     except Refused as exc:
         print(f"streamfix doctor: {exc}", file=sys.stderr)
         return 2
+    upstream = masked_url(upstream)  # a password in the URL is a credential too
     config = suggested(upstream, model, rows, options.api_key_env, options.route)
     if options.json:
         document = as_json(upstream, model, rows, config)
@@ -95,7 +97,8 @@ def _key(variable: str) -> str:
 def _confirmed(options: Options) -> bool:
     """--yes, or "y" typed at a terminal; otherwise the plan is printed and nothing is sent."""
     count = len(CHECKS)
-    plan = [f"streamfix doctor would send {count} requests to {options.upstream}/chat/completions"]
+    where = f"{masked_url(options.upstream.rstrip('/'))}/chat/completions"
+    plan = [f"streamfix doctor would send {count} requests to {where}"]
     plan.append(f"(model {options.model}, max_tokens 64 each, plus one more per request a repair")
     plan.append("changes), and nowhere else:")
     plan += [f"  {n}. {check.name}: {check.asks}" for n, check in enumerate(CHECKS, 1)]
@@ -243,7 +246,7 @@ async def _offline(directory: Path) -> tuple[list[Row], str, str]:
         response = await replayed(
             cassette,
             settings_for(cassette, Settings()),
-            credential="streamfix-doctor",
+            credential=DOCTOR_TENANT,
             headers={"x-streamfix-debug": "1"},
         )
         expects = 1 if request.get("tool_choice") == "required" else 0

@@ -315,3 +315,13 @@ def test_the_request_budget_bounds_a_run() -> None:
     spent = Limits(timeout=30.0, total=0.0, requests=5)
     with pytest.raises(OutOfTime):
         spent.take()
+
+
+def test_a_password_in_the_url_is_masked(capsys: pytest.CaptureFixture[str]) -> None:
+    with running(upstreams.OPENAI) as (url, fake):
+        with_password = url.replace("http://", "http://doctor:hunter2@")
+        code = main(["doctor", "--upstream", with_password, "--model", "m", "--yes"])
+    captured = capsys.readouterr()
+    assert code == 0 and fake.requests
+    assert "hunter2" not in captured.out + captured.err
+    assert 'base_url = "http://****@127.0.0.1' in captured.out
