@@ -1,4 +1,4 @@
-"""Command line: `streamfix serve`, `streamfix replay`, `streamfix explain`, `streamfix config`."""
+"""Command line: `streamfix serve`, `replay`, `explain`, `config` and `doctor`."""
 
 from __future__ import annotations
 
@@ -105,7 +105,35 @@ def _parser() -> argparse.ArgumentParser:
     )
     _config_flags(config)
     config.add_argument("--json", action="store_true", help="print JSON instead, for tools")
+    _doctor_parser(commands, options)
     return parser
+
+
+def _doctor_parser(commands: Any, options: dict[str, Any]) -> None:
+    doctor = commands.add_parser(
+        "doctor",
+        help="probe an upstream, name its quirks, show what the proxy does, suggest a config",
+        description="Send a small battery of requests (after confirmation) to one upstream, "
+        "examine each answer as sent and as the proxy in process delivers it, and print a "
+        "verdict per check and the configuration to paste. --from DIR reads cassettes instead.",
+        **options,
+    )
+    doctor.add_argument("--upstream", metavar="URL", default="", help="upstream base URL")
+    doctor.add_argument("--model", metavar="NAME", default="", help="model to ask")
+    doctor.add_argument(
+        "--api-key-env", metavar="VAR", default="", help="variable holding the upstream's key"
+    )
+    doctor.add_argument("--json", action="store_true", help="a JSON document for tools")
+    doctor.add_argument("--yes", action="store_true", help="send without asking")
+    doctor.add_argument("--route", metavar="NAME", default="", help="suggest a [[routes]] entry")
+    doctor.add_argument("--from", dest="from_dir", metavar="DIR", default="", help="cassettes")
+    doctor.add_argument(
+        "--timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="for each request; the whole run stops after 8 times this",
+    )
 
 
 def _config_flags(parser: argparse.ArgumentParser) -> None:
@@ -222,7 +250,32 @@ def _config(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"serve": _serve, "replay": _replay, "explain": _explain, "config": _config}
+def _doctor(args: argparse.Namespace) -> int:
+    from proxy.doctor.command import Options, run_doctor
+    from proxy.server.logs import configure_logging
+
+    configure_logging("error")  # the report is the output; repairs' notes would bury it
+    return run_doctor(
+        Options(
+            args.upstream,
+            args.model,
+            args.api_key_env,
+            args.json,
+            args.yes,
+            args.route,
+            args.from_dir,
+            args.timeout,
+        )
+    )
+
+
+COMMANDS = {
+    "serve": _serve,
+    "replay": _replay,
+    "explain": _explain,
+    "config": _config,
+    "doctor": _doctor,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -50,10 +50,12 @@ async def replayed(
     settings: Settings,
     chain_factory: ChainFactory = default_chain,
     credential: str | None = None,
+    headers: dict[str, str] | None = None,
 ) -> httpx.Response:
     """The client's response when the cassette's request goes through a proxy whose upstream
     answers with the cassette's bytes; the body is read in full. Cassettes hold no credential,
-    so a replay has no tenant and keeps no receipts, unless `credential` gives it one."""
+    so a replay has no tenant and keeps no receipts, unless `credential` gives it one; `headers`
+    are added to the client's (`x-streamfix-debug` for the stream's repair counts)."""
     transport = ReplayTransport([cassette], settings.upstream.base_url)
     app = create_app(settings, transport=transport, chain_factory=chain_factory)
     async with app.router.lifespan_context(app):
@@ -65,7 +67,10 @@ async def replayed(
                 cassette.method,
                 f"/v1/{cassette.path}",
                 params=cassette.query or None,
-                headers=_with_credential(cassette.request_headers, credential),
+                headers={
+                    **_with_credential(cassette.request_headers, credential),
+                    **(headers or {}),
+                },
                 content=cassette.request_body,
             )
 

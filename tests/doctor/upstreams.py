@@ -1,0 +1,204 @@
+"""Fake upstreams for `streamfix doctor`, one Starlette app whose quirks are switches, each a
+real upstream's behaviour with its real error body:
+
+- Gemini-like: tool calls without `index`, finish "stop" after calls (README's table, from the
+  transcripts), a 400 `Unknown name "additionalProperties"` for a schema carrying it
+  (Routstr/routstr-core#505, `tests/support/rejecting_upstream.gemini_unknown_name`).
+- Kimi-like: call ids numbered per round, `functions.NAME:0` again in round two.
+- vLLM-like: calls without id and name, or the call written as `<tool_call>` markup.
+- DeepSeek-like: reasoning_content on every answer, and a 400 "The reasoning_content in the
+  thinking mode must be passed back to the API." for a tool-calling turn sent back without it;
+  its 400 for a dotted tool name quotes OpenAI's pattern (the deepseek profile's note).
+- OpenAI-like: none of these.
+
+Every request is kept (`requests`), so a test can show nothing was sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.gzip import GZipMiddleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from tests.support.reasoning_upstreams import DEEPSEEK_MESSAGE
+from tests.support.rejecting_upstream import gemini_unknown_name
+from tests.support.servers import serve_in_thread
+
+REASONING = "The user wants the weather."
+
+
+@dataclass
+class Quirks:
+    index: bool = True
+    stop_after_calls: bool = False
+    rejects_additional_properties: bool = False
+    ids: str = "unique"
+    """"unique", "kimi" (functions.NAME:N per round) or "none" (no id, no name)."""
+    markup: bool = False
+    reasoning_required: bool = False
+    rejects_dotted_names: bool = False
+    gzip: bool = False
+    """Compress answers for clients that accept gzip (httpx's default)."""
+    echoes_key: bool = False
+    """Refuse a developer message with a 401 quoting the key it was sent."""
+
+
+GEMINI = Quirks(index=False, stop_after_calls=True, rejects_additional_properties=True)
+KIMI = Quirks(ids="kimi")
+VLLM = Quirks(ids="none")
+VLLM_MARKUP = Quirks(markup=True)
+DEEPSEEK = Quirks(reasoning_required=True, rejects_dotted_names=True)
+OPENAI = Quirks()
+
+
+def _openai_error(message: str, param: str | None = None) -> Response:
+    error = {"message": message, "type": "invalid_request_error", "param": param, "code": None}
+    return Response(orjson.dumps({"error": error}), 400, media_type="application/json")
+
+
+def _mentions(value: Any, name: str) -> bool:
+    if isinstance(value, dict):
+        return name in value or any(_mentions(item, name) for item in value.values())
+    if isinstance(value, list):
+        return any(_mentions(item, name) for item in value)
+    return False
+
+
+@dataclass
+class FakeUpstream:
+    quirks: Quirks
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)
+    rounds: int = 0
+
+    def app(self) -> Starlette:
+        middleware = [Middleware(GZipMiddleware, minimum_size=0)] if self.quirks.gzip else []
+        routes = [Route("/v1/chat/completions", self.chat, methods=["POST"])]
+        return Starlette(routes=routes, middleware=middleware)
+
+    async def chat(self, request: Request) -> Response:
+        body = orjson.loads(await request.body())
+        self.requests.append(body)
+        self.headers.append(dict(request.headers))
+        if self.quirks.echoes_key and body["messages"][0]["role"] == "developer":
+            key = request.headers.get("authorization", "").removeprefix("Bearer ")
+            error = {"message": f"Incorrect API key provided: {key}.", "type": "auth"}
+            return Response(orjson.dumps({"error": error}), 401, media_type="application/json")
+        refusal = self._refusal(body)
+        if refusal is not None:
+            return refusal
+        calls = self._calls(body)
+        if body.get("stream"):
+            return Response(self._stream(body, calls), media_type="text/event-stream")
+        return Response(orjson.dumps(self._json(body, calls)), media_type="application/json")
+
+    def _refusal(self, body: dict[str, Any]) -> Response | None:
+        tools = body.get("tools") or []
+        if self.quirks.rejects_additional_properties and _mentions(tools, "additionalProperties"):
+            status, content = gemini_unknown_name("additionalProperties")
+            return Response(content, status, media_type="application/json")
+        for i, tool in enumerate(tools):
+            if self.quirks.rejects_dotted_names and "." in tool["function"]["name"]:
+                return _openai_error(
+                    f"Invalid 'tools[{i}].function.name': string does not match pattern. "
+                    "Expected a string that matches the pattern '^[a-zA-Z0-9_-]+$'.",
+                    f"tools[{i}].function.name",
+                )
+        for message in body.get("messages") or ():
+            if (
+                self.quirks.reasoning_required
+                and message.get("role") == "assistant"
+                and message.get("tool_calls")
+                and message.get("reasoning_content") != REASONING
+            ):
+                return _openai_error(DEEPSEEK_MESSAGE)
+        return None
+
+    def _calls(self, body: dict[str, Any]) -> list[dict[str, Any]]:
+        tools = body.get("tools") or []
+        messages = body.get("messages") or []
+        if body.get("tool_choice") == "required":
+            chosen = tools
+        elif tools and messages and messages[-1].get("role") == "tool":
+            chosen = tools[:1]  # round two: the same tool again, for another city
+        else:
+            return []
+        self.rounds += 1
+        calls = []
+        for i, tool in enumerate(chosen):
+            name = tool["function"]["name"]
+            call_id = (
+                f"functions.{name}:{i}" if self.quirks.ids == "kimi" else f"call_{self.rounds}_{i}"
+            )
+            calls.append({"id": call_id, "name": name, "arguments": '{"city": "Paris"}'})
+        return calls
+
+    def _entry(self, i: int, call: dict[str, Any]) -> dict[str, Any]:
+        entry: dict[str, Any] = {"index": i} if self.quirks.index else {}
+        if self.quirks.ids == "none":
+            return {**entry, "type": "function", "function": {"arguments": call["arguments"]}}
+        function = {"name": call["name"], "arguments": call["arguments"]}
+        return {**entry, "id": call["id"], "type": "function", "function": function}
+
+    def _markup(self, calls: list[dict[str, Any]]) -> str:
+        return "".join(
+            f'<tool_call>{{"name": "{c["name"]}", "arguments": {c["arguments"]}}}</tool_call>'
+            for c in calls
+        )
+
+    def _stream(self, body: dict[str, Any], calls: list[dict[str, Any]]) -> bytes:
+        envelope = {"id": "chatcmpl-doctor", "object": "chat.completion.chunk", "created": 1}
+        envelope["model"] = body.get("model")
+        deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}]
+        if self.quirks.reasoning_required:
+            deltas.append({"reasoning_content": REASONING})
+        if calls and self.quirks.markup:
+            deltas.append({"content": self._markup(calls)})
+        elif calls:
+            deltas += [{"tool_calls": [self._entry(i, c)]} for i, c in enumerate(calls)]
+        else:
+            deltas.append({"content": "Hello"})
+        finish = "tool_calls" if calls and not self.quirks.markup else "stop"
+        if calls and self.quirks.stop_after_calls:
+            finish = "stop"
+        chunks = [{**envelope, "choices": [{"index": 0, "delta": d}]} for d in deltas]
+        last = {"index": 0, "delta": {}, "finish_reason": finish}
+        chunks.append({**envelope, "choices": [last]})
+        events = [b"data: " + orjson.dumps(chunk) + b"\n\n" for chunk in chunks]
+        return b"".join(events) + b"data: [DONE]\n\n"
+
+    def _json(self, body: dict[str, Any], calls: list[dict[str, Any]]) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": None if calls else "Hello"}
+        if self.quirks.reasoning_required:
+            message["reasoning_content"] = REASONING
+        if calls and self.quirks.markup:
+            message["content"] = self._markup(calls)
+        elif calls:
+            entries = [self._entry(i, c) for i, c in enumerate(calls)]
+            message["tool_calls"] = [{k: v for k, v in e.items() if k != "index"} for e in entries]
+        finish = "tool_calls" if "tool_calls" in message else "stop"
+        choice = {"index": 0, "message": message, "finish_reason": finish}
+        return {
+            "id": "chatcmpl-doctor",
+            "object": "chat.completion",
+            "created": 1,
+            "model": body.get("model"),
+            "choices": [choice],
+        }
+
+
+@contextmanager
+def running(quirks: Quirks) -> Iterator[tuple[str, FakeUpstream]]:
+    """The fake served on 127.0.0.1; yields its base URL (`…/v1`) and the fake."""
+    fake = FakeUpstream(quirks)
+    with serve_in_thread(fake.app()) as url:
+        yield f"{url}/v1", fake
