@@ -170,5 +170,36 @@ CHECKS: tuple[Check, ...] = (
         lambda c: _tool_call([DOTTED], ASK_WEATHER),
         expects_calls=1,
     ),
+    Check(
+        "two_system_messages",
+        "a system message first and another after the user's (as opencode sends)",
+        lambda c: {
+            "stream": True,
+            "messages": [
+                {"role": "system", "content": "You are a helpful assistant."},
+                *_user("Say hello."),
+                {"role": "system", "content": "Answer in one word."},
+            ],
+        },
+    ),
+    Check(
+        "include_usage",
+        "a stream asking for usage (`stream_options.include_usage`)",
+        lambda c: {
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            # Not plain_stream's words: without stream_options it would be that request again.
+            "messages": _user("Say hi in one word."),
+        },
+    ),
+    Check(
+        "tiny_max_tokens",
+        "a long answer asked for with `max_tokens` 1 (how the cut is reported)",
+        lambda c: {
+            "stream": True,
+            "max_tokens": 1,  # over MAX_TOKENS: one token, so the answer is surely cut
+            "messages": _user("Write a long story about the sea, at least a thousand words."),
+        },
+    ),
 )
 assert len(CHECKS) <= 12  # the brief's bound on what one run sends

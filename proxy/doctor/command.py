@@ -99,8 +99,8 @@ def _confirmed(options: Options) -> bool:
     count = len(CHECKS)
     where = f"{masked_url(options.upstream.rstrip('/'))}/chat/completions"
     plan = [f"streamfix doctor would send {count} requests to {where}"]
-    plan.append(f"(model {options.model}, max_tokens 64 each, plus one more per request a repair")
-    plan.append("changes), and nowhere else:")
+    plan.append(f"(model {options.model}, max_tokens 64 at most each, plus one more per request")
+    plan.append("a repair changes), and nowhere else:")
     plan += [f"  {n}. {check.name}: {check.asks}" for n, check in enumerate(CHECKS, 1)]
     print("\n".join(plan), file=sys.stderr)
     if options.yes:

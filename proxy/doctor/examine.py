@@ -37,9 +37,16 @@ CONSEQUENCES: tuple[tuple[str, str], ...] = (
     (r"arguments is not a string", "typed clients reject the call"),
     (r"id reused", "Open WebUI drops the new calls and keeps their results: the chat breaks"),
     (r"markup", "the markup shown as text and the agent stops (opencode, Open WebUI, Cline)"),
+    (
+        r"System message must be at the beginning|role 'system'",
+        "every client sending two system messages (opencode): the request fails",
+    ),
+    (r"stream_options", "every client asking for usage (stream_options): the request fails"),
     (r"^rejected", "every client: the request fails"),
     (r"^no answer", "every client: no answer"),
     (r"no tool call", "agent loops get no call to run"),
+    (r"^no usage reported", "clients that show token counts get none"),
+    (r"cut answer", "clients cannot tell a cut answer from a whole one; agents treat it as done"),
 )
 
 MARKUP = re.compile(r"<tool_call>|<\|tool_call|\[TOOL_CALLS\]|<\uff5ctool\u2581call|<function=")
@@ -48,6 +55,9 @@ MARKUP = re.compile(r"<tool_call>|<\|tool_call|\[TOOL_CALLS\]|<\uff5ctool\u2581c
 @dataclass
 class Problem:
     text: str
+    informational: bool = False
+    """Said on the row, but no client's request fails over it and the proxy cannot supply it:
+    it leaves the verdict as it is."""
 
     @property
     def breaks(self) -> str:
@@ -70,6 +80,8 @@ class Answer:
     finish: str | None = None
     """The (last) finish reason of the first choice."""
     error: str = ""
+    usage: bool = False
+    """A usage object came (in any chunk, or on the JSON body)."""
 
 
 def read_answer(status: int, body: bytes, streamed: bool) -> Answer:
@@ -109,6 +121,8 @@ def _read_stream(answer: Answer) -> None:
     for item in stream_chunks(answer.body):
         if not isinstance(item, dict):
             continue
+        # OpenAI sends `"usage": null` on every chunk but the last when usage is asked for.
+        answer.usage = answer.usage or isinstance(item.get("usage"), dict)
         for choice in item.get("choices") or ():
             delta = choice.get("delta") or {}
             if choice.get("finish_reason") is not None:
@@ -144,6 +158,9 @@ def _read_json(answer: Answer) -> None:
         answer.error = "not a chat completion"
         return
     answer.text = message.get("content") if isinstance(message.get("content"), str) else ""
+    answer.usage = isinstance(document.get("usage"), dict)
+    reason = document["choices"][0].get("finish_reason")
+    answer.finish = None if reason is None else str(reason)
     for entry in message.get("tool_calls") or ():
         function = entry.get("function") or {} if isinstance(entry, dict) else {}
         answer.calls.append(
@@ -178,7 +195,36 @@ def problems(answer: Answer, request: dict[str, Any], expects_calls: int) -> lis
     for call in answer.calls:
         if call["id"] and call["id"] in history:
             found.append(f"call id reused from an earlier turn: {call['id']}")
-    return [Problem(text) for text in found]
+    found += _cut_rules(answer, request)
+    listed = [Problem(text) for text in found]
+    if _asks_usage(request) and answer.streamed and not answer.usage:
+        # Informational, not a failure: the stream is whole and every client takes it; only
+        # the token counts are missing, which the proxy cannot invent (it never guesses), and
+        # many OpenAI-compatible servers omit them. A `not_fixable` here would fail the run
+        # (exit 1) over a counter, and would hide that the proxy did fix a refusal of
+        # `stream_options` (learned, dropped, sent again: the request then succeeds).
+        listed.append(Problem("no usage reported, though the request asked for it", True))
+    return listed
+
+
+def _asks_usage(request: dict[str, Any]) -> bool:
+    options = request.get("stream_options")
+    return isinstance(options, dict) and options.get("include_usage") is True
+
+
+def _cut_rules(answer: Answer, request: dict[str, Any]) -> list[str]:
+    """With a limit of one token any written answer is cut, and OpenAI says `length` then; a
+    `stop` (llm-d/llm-d-inference-sim#29, huggingface/transformers#42157, ggml-org/llama.cpp
+    #7198 said `stop` for a cut) or no finish at all hides the cut. A `stop` with nothing
+    written is the model ending at once, which is not a cut."""
+    limit = request.get("max_tokens", request.get("max_completion_tokens"))
+    if limit != 1:
+        return []
+    if answer.finish is None:
+        return ["a cut answer (max_tokens 1) with no finish reason"]
+    if answer.finish != "length" and (answer.text or answer.calls):
+        return [f"a cut answer (max_tokens 1) reported as {answer.finish!r}, not 'length'"]
+    return []
 
 
 def _stream_rules(body: bytes) -> list[str]:

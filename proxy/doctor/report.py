@@ -19,6 +19,7 @@ HELPFUL_KEYS: tuple[tuple[str, str, str, str], ...] = (
     ("schema_keywords", "schema_dialect", "schema_dialect", "gemini"),
     ("dotted_tool_name", "tool_name_rule", "tool_names", "openai"),
     ("developer_role", "messages.developer_role", "developer_role", "system"),
+    ("two_system_messages", "messages.system_messages", "system_messages", "merged"),
 )
 
 
@@ -36,9 +37,9 @@ class Row:
 
     @property
     def verdict(self) -> str:
-        if not self.direct:
+        if not _failing(self.direct):
             return FINE
-        return NOT_FIXABLE if self.after else FIXED
+        return NOT_FIXABLE if _failing(self.after) else FIXED
 
     @property
     def observed(self) -> str:
@@ -64,6 +65,10 @@ class Row:
             outcome = "; ".join(p.text for p in left) if left else "fixed"
             done = f"{done}; with {key}: {outcome}"
         return done
+
+
+def _failing(found: list[Problem]) -> list[Problem]:
+    return [p for p in found if not p.informational]
 
 
 def parse_repairs(summary: str) -> dict[str, int]:
@@ -99,7 +104,11 @@ def suggested(
     for check, field_name, key, value in HELPFUL_KEYS:
         row = by_name.get(check)
         refused = row is not None and any(p.text.startswith("rejected") for p in row.direct)
-        if refused and row.after and _profile_value(profile, field_name) != value:
+        if not refused or row is None or not _failing(row.after):
+            continue
+        # A key tried and still refused is not suggested: the row says what it got instead.
+        failed = row.with_config is not None and bool(_failing(row.with_config[1]))
+        if not failed and _profile_value(profile, field_name) != value:
             table[key] = value
     return {"routes": [table]} if route else {"upstream": table}
 

@@ -9,7 +9,14 @@ real upstream's behaviour with its real error body:
 - DeepSeek-like: reasoning_content on every answer, and a 400 "The reasoning_content in the
   thinking mode must be passed back to the API." for a tool-calling turn sent back without it;
   its 400 for a dotted tool name quotes OpenAI's pattern (the deepseek profile's note).
-- OpenAI-like: none of these.
+- vLLM-Qwen-like: a Qwen 3.5+ chat template refusing any system message not first, which vLLM
+  answers 400 "System message must be at the beginning." (vllm#41114).
+- Rejecting `stream_options`: a 400 "Unrecognized request argument supplied: stream_options",
+  OpenAI's and Azure's phrase for a parameter they do not take (BerriAI/litellm#10791; the same
+  parameter refused in QuantumNous/new-api#418); or taking it and sending no usage.
+- Cut with `stop`: an answer cut at `max_tokens` ended with "stop" (llm-d/llm-d-inference-sim
+  #29, huggingface/transformers#42157), or with no finish at all.
+- OpenAI-like: none of these; usage sent when asked for, a cut reported as `length`.
 
 Every request is kept (`requests`), so a test can show nothing was sent.
 """
@@ -50,6 +57,12 @@ class Quirks:
     """Compress answers for clients that accept gzip (httpx's default)."""
     echoes_key: bool = False
     """Refuse a developer message with a 401 quoting the key it was sent."""
+    late_system_refused: bool = False
+    rejects_stream_options: bool = False
+    usage: bool = True
+    """Send the usage chunk when `stream_options.include_usage` asks for it."""
+    cut_finish: str = "length"
+    """How an answer cut at `max_tokens` 1 ends: "length", "stop" or "none" (no finish)."""
 
 
 GEMINI = Quirks(index=False, stop_after_calls=True, rejects_additional_properties=True)
@@ -57,6 +70,11 @@ KIMI = Quirks(ids="kimi")
 VLLM = Quirks(ids="none")
 VLLM_MARKUP = Quirks(markup=True)
 DEEPSEEK = Quirks(reasoning_required=True, rejects_dotted_names=True)
+VLLM_QWEN = Quirks(late_system_refused=True)
+REJECTS_STREAM_OPTIONS = Quirks(rejects_stream_options=True, usage=False)
+NO_USAGE = Quirks(usage=False)
+CUT_STOP = Quirks(cut_finish="stop")
+CUT_UNFINISHED = Quirks(cut_finish="none")
 OPENAI = Quirks()
 
 
@@ -103,6 +121,18 @@ class FakeUpstream:
 
     def _refusal(self, body: dict[str, Any]) -> Response | None:
         tools = body.get("tools") or []
+        messages = body.get("messages") or []
+        late = [m for m in messages[1:] if m.get("role") == "system"]
+        if self.quirks.late_system_refused and late:
+            error = {
+                "message": "System message must be at the beginning.",
+                "type": "BadRequestError",
+                "param": None,
+                "code": 400,
+            }
+            return Response(orjson.dumps({"error": error}), 400, media_type="application/json")
+        if self.quirks.rejects_stream_options and "stream_options" in body:
+            return _openai_error("Unrecognized request argument supplied: stream_options")
         if self.quirks.rejects_additional_properties and _mentions(tools, "additionalProperties"):
             status, content = gemini_unknown_name("additionalProperties")
             return Response(content, status, media_type="application/json")
@@ -165,14 +195,23 @@ class FakeUpstream:
             deltas.append({"content": self._markup(calls)})
         elif calls:
             deltas += [{"tool_calls": [self._entry(i, c)]} for i, c in enumerate(calls)]
+        elif body.get("max_tokens") == 1:
+            deltas.append({"content": "Once"})  # one token of the long answer asked for
         else:
             deltas.append({"content": "Hello"})
         finish = "tool_calls" if calls and not self.quirks.markup else "stop"
         if calls and self.quirks.stop_after_calls:
             finish = "stop"
+        if not calls and body.get("max_tokens") == 1:
+            finish = self.quirks.cut_finish
         chunks = [{**envelope, "choices": [{"index": 0, "delta": d}]} for d in deltas]
-        last = {"index": 0, "delta": {}, "finish_reason": finish}
-        chunks.append({**envelope, "choices": [last]})
+        if finish != "none":
+            last = {"index": 0, "delta": {}, "finish_reason": finish}
+            chunks.append({**envelope, "choices": [last]})
+        options = body.get("stream_options") or {}
+        if self.quirks.usage and options.get("include_usage"):
+            usage = {"prompt_tokens": 9, "completion_tokens": 1, "total_tokens": 10}
+            chunks.append({**envelope, "choices": [], "usage": usage})
         events = [b"data: " + orjson.dumps(chunk) + b"\n\n" for chunk in chunks]
         return b"".join(events) + b"data: [DONE]\n\n"
 
