@@ -422,3 +422,18 @@ def test_a_cut_answer_without_a_finish(capsys: pytest.CaptureFixture[str]) -> No
         "finish_reason_added x1; the client still gets "
         "a cut answer (max_tokens 1) reported as 'stop', not 'length'"
     )
+
+
+def test_a_key_that_does_not_fix_the_refusal_is_not_suggested(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    document = doctor_json(upstreams.VLLM_GEMMA, capsys)
+    assert verdicts(document)["two_system_messages"] == "not_fixable"
+    two = row(document, "two_system_messages")
+    assert two["observed"] == "rejected: 400 System role not supported"
+    # Merged, the one system message left is still refused: tried, said, and not suggested.
+    assert two["streamfix"].endswith(
+        'with system_messages = "merged": rejected: 400 System role not supported'
+    )
+    assert "system_messages" not in document["config"]["upstream"]
+    assert len(document["fake"].requests) == len(NAMES) + 1

@@ -11,6 +11,8 @@ real upstream's behaviour with its real error body:
   its 400 for a dotted tool name quotes OpenAI's pattern (the deepseek profile's note).
 - vLLM-Qwen-like: a Qwen 3.5+ chat template refusing any system message not first, which vLLM
   answers 400 "System message must be at the beginning." (vllm#41114).
+- vLLM-Gemma-like: Gemma 2's template refusing every system message, vLLM's 400
+  `{"object":"error","message":"System role not supported",…}` (vllm-project/vllm#2964).
 - Rejecting `stream_options`: a 400 "Unrecognized request argument supplied: stream_options",
   OpenAI's and Azure's phrase for a parameter they do not take (BerriAI/litellm#10791; the same
   parameter refused in QuantumNous/new-api#418); or taking it and sending no usage.
@@ -58,6 +60,7 @@ class Quirks:
     echoes_key: bool = False
     """Refuse a developer message with a 401 quoting the key it was sent."""
     late_system_refused: bool = False
+    rejects_system: bool = False
     rejects_stream_options: bool = False
     usage: bool = True
     """Send the usage chunk when `stream_options.include_usage` asks for it."""
@@ -71,6 +74,7 @@ VLLM = Quirks(ids="none")
 VLLM_MARKUP = Quirks(markup=True)
 DEEPSEEK = Quirks(reasoning_required=True, rejects_dotted_names=True)
 VLLM_QWEN = Quirks(late_system_refused=True)
+VLLM_GEMMA = Quirks(rejects_system=True)
 REJECTS_STREAM_OPTIONS = Quirks(rejects_stream_options=True, usage=False)
 NO_USAGE = Quirks(usage=False)
 CUT_STOP = Quirks(cut_finish="stop")
@@ -131,6 +135,15 @@ class FakeUpstream:
                 "code": 400,
             }
             return Response(orjson.dumps({"error": error}), 400, media_type="application/json")
+        if self.quirks.rejects_system and any(m.get("role") == "system" for m in messages):
+            error = {
+                "object": "error",
+                "message": "System role not supported",
+                "type": "BadRequestError",
+                "param": None,
+                "code": 400,
+            }
+            return Response(orjson.dumps(error), 400, media_type="application/json")
         if self.quirks.rejects_stream_options and "stream_options" in body:
             return _openai_error("Unrecognized request argument supplied: stream_options")
         if self.quirks.rejects_additional_properties and _mentions(tools, "additionalProperties"):
