@@ -14,30 +14,22 @@ from typing import Any
 
 MAX_TOKENS = 64
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The weather in a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
-TIME = {
-    "type": "function",
-    "function": {
-        "name": "get_time",
-        "description": "The local time in a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
+
+def _city_tool(name: str, description: str) -> dict[str, Any]:
+    """A function tool taking one `city` string."""
+    parameters = {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+    }
+    return {
+        "type": "function",
+        "function": {"name": name, "description": description, "parameters": parameters},
+    }
+
+
+WEATHER = _city_tool("get_weather", "The weather in a city.")
+TIME = _city_tool("get_time", "The local time in a city.")
 # `additionalProperties` and a local `$ref`: what Zod and Pydantic emit, and what Google's
 # Schema (an OpenAPI subset) refuses.
 STRICT_SCHEMA = {

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+import zlib
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
@@ -204,7 +205,7 @@ def _decoded(raw: list[bytes], decoder: Any) -> list[bytes]:
                 if size > MAX_ERROR_BYTES * 4:
                     return out
         out.append(decoder.flush())
-    except Exception:  # a body that does not decode names nothing
+    except zlib.error:  # a body that does not decode names nothing (and is relayed as it came)
         return []
     return out
 

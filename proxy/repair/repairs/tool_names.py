@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.repair.calls.tool_names import TOOL_NAME_RULES, rename_request
+from proxy.repair.chunks import choices_of
 from proxy.repair.exchange import Exchange
 from proxy.repair.pipeline import Chunk, Repair
+from proxy.wire.json_shapes import objects_in
 
 RENAMED_KIND = "tool_name_renamed"
 RESTORED_KIND = "tool_name_restored"
@@ -47,8 +49,8 @@ class ToolNameRepair(Repair):
         if not self._back:
             return None
         changed = False
-        for choice in _list(chunk.get("choices")):
-            delta = choice.get("delta") if isinstance(choice, dict) else None
+        for choice in choices_of(chunk):
+            delta = choice.get("delta")
             if isinstance(delta, dict):
                 changed |= self._restore(delta)
         return [chunk] if changed else None
@@ -57,19 +59,15 @@ class ToolNameRepair(Repair):
         if not self._back:
             return False
         changed = False
-        for choice in _list(body.get("choices")):
-            message = choice.get("message") if isinstance(choice, dict) else None
+        for choice in choices_of(body):
+            message = choice.get("message")
             if isinstance(message, dict):
                 changed |= self._restore(message)
         return changed
 
     def _restore(self, message: dict[str, Any]) -> bool:
         """Give a message's or delta's calls the client's names back."""
-        functions = [
-            call.get("function")
-            for call in _list(message.get("tool_calls"))
-            if isinstance(call, dict)
-        ]
+        functions = [call.get("function") for call in objects_in(message.get("tool_calls"))]
         functions.append(message.get("function_call"))  # the legacy single call
         changed = False
         for function in functions:
@@ -80,7 +78,3 @@ class ToolNameRepair(Repair):
                     self._exchange.count(RESTORED_KIND)
                     changed = True
         return changed
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
