@@ -8,8 +8,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from proxy.repair.markup.rules import MarkupRules
-from proxy.repair.profiles import PROFILES, MessageRules, ProviderProfile
+from proxy.repair.rules import RouteRules
 from proxy.repair.tenancy import ReceiptScope
 
 logger = logging.getLogger(__name__)
@@ -35,19 +34,9 @@ class Exchange:
     method: str = "POST"
     path: str = "/v1/chat/completions"
     """The client's method and (normalised) path, so a log line tells a chat from `/v1/models`."""
-    profile: ProviderProfile = PROFILES["generic"]
-    """What the upstream of this request needs, decided once, before the stream starts."""
-    schema_dialect: str = ""
-    """The JSON Schema dialect this upstream takes tool parameters in ("": as sent)."""
-    messages: MessageRules = field(default_factory=MessageRules)
-    """The message shapes this upstream takes: the route's rules, by default the profile's."""
-    tool_name_rule: str = ""
-    """The rule this upstream's tool names must follow ("": as sent)."""
-    learned_parameters: frozenset[str] = frozenset()
-    """Request parameters this upstream answered 400/422 for before (upstream/parameter_fallback
-    .py remembers them): ParameterRepair drops them up front."""
-    markup: MarkupRules = field(default_factory=MarkupRules)
-    """What the route lets the markup repairs do with text that is really calls or reasoning."""
+    rules: RouteRules = field(default_factory=RouteRules)
+    """What the route's upstream needs and allows, resolved once per route and profile
+    (`UpstreamRoute.rules`); its learned parameters are this request's."""
     scope: ReceiptScope = field(default_factory=lambda: ReceiptScope(None, "none"))
     """No tenant unless the request showed a credential: no receipts kept or given."""
     started: float = field(default_factory=time.monotonic)

@@ -7,6 +7,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import replace
 
 import httpx
 from starlette.applications import Starlette
@@ -18,7 +19,7 @@ from starlette.routing import Route
 from proxy.repair.exchange import Exchange
 from proxy.repair.pipeline import RepairChain
 from proxy.repair.receipts.store import ReceiptStore, open_store
-from proxy.repair.repairs import default_repairs
+from proxy.repair.repairs import ChainOptions, default_repairs
 from proxy.repair.tenancy import ReceiptScope, tenant_of
 from proxy.server.asgi import StreamfixApp, http_error, internal_error
 from proxy.server.auth import is_allowed
@@ -31,6 +32,7 @@ from proxy.server.metrics import CONTENT_TYPE, Metrics
 from proxy.server.paths import UnsafePath, checked_relative
 from proxy.server.startup import startup_line
 from proxy.server.tracing import Tracing
+from proxy.settings.chain import chain_options
 from proxy.settings.schema import ConfigError, Settings
 from proxy.settings.values import parse_keys
 from proxy.upstream.body_decoding import decoder_for
@@ -48,12 +50,12 @@ CHAT_PATH = b"chat/completions"
 
 logger = logging.getLogger(__name__)
 
-ChainFactory = Callable[[Settings, Exchange, ReceiptStore], RepairChain]
+ChainFactory = Callable[[ChainOptions, Exchange, ReceiptStore], RepairChain]
 """Builds one exchange's repair chain; `streamfix explain` passes one that attributes."""
 
 
-def default_chain(settings: Settings, exchange: Exchange, store: ReceiptStore) -> RepairChain:
-    return RepairChain(default_repairs(settings, exchange, store), strict=settings.repairs.strict)
+def default_chain(options: ChainOptions, exchange: Exchange, store: ReceiptStore) -> RepairChain:
+    return RepairChain(default_repairs(options, exchange, store), strict=options.strict)
 
 
 class Proxy:
@@ -68,6 +70,7 @@ class Proxy:
     ) -> None:
         environ = os.environ if environ is None else environ
         self.chain_factory = chain_factory
+        self.chain_options = chain_options(settings)
         quiet_client_loggers()
         self.settings = settings
         self.router = Router(settings, environ)
@@ -139,8 +142,9 @@ class Proxy:
         exchange = self._exchange(request, request_id, body, route)
         learning = route.upstream.learn_rejected_parameters
         if learning:
-            exchange.learned_parameters = await self.parameters.recall(route.identity, body)
-        chain = self.chain_factory(self.settings, exchange, self.store)
+            recalled = await self.parameters.recall(route.identity, body)
+            exchange.rules = replace(exchange.rules, learned_parameters=recalled)
+        chain = self.chain_factory(self.chain_options, exchange, self.store)
         changed = await chain.on_request(body) or renamed
         content = json_codec.dumps(body) if changed else raw
         upstream = await self._send(request, route, CHAT_PATH, content, exchange)
@@ -237,18 +241,13 @@ class Proxy:
         # Every credential form the proxy forwards names the tenant, `?key=` included.
         query = request.scope.get("query_string", b"")
         tenant = tenant_of(request.headers, self.settings.receipts.tenant_header, query=query)
-        profile = route.profile(body.get("model"))
         return Exchange(
             request_id=request_id,
             request=body,
             route=route.name,
             method=request.method,
             path=request.url.path,
-            profile=profile,
-            schema_dialect=route.schema_dialect(profile),
-            messages=route.message_rules(profile),
-            tool_name_rule=route.tool_name_rule(profile),
-            markup=route.markup(),
+            rules=route.rules(body.get("model")),
             scope=ReceiptScope(tenant, route.identity),
             debug=request.headers.get("x-streamfix-debug") == "1",
         )
@@ -283,7 +282,9 @@ class Proxy:
             content=content,
             extensions={
                 "timeout": route.timeout.as_dict(),
-                UPSTREAM: UpstreamContext(route.upstream.base_url, exchange.profile.name, exchange),
+                UPSTREAM: UpstreamContext(
+                    route.upstream.base_url, exchange.rules.profile.name, exchange
+                ),
             },
         )
         return await self._dispatch(route, outgoing, exchange)

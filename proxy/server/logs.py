@@ -109,7 +109,7 @@ def log_exchange(logger: logging.Logger, exchange: Exchange, status: int, durati
         "path": exchange.path,
         "route": exchange.route,
         "model": exchange.request.get("model"),
-        "profile": exchange.profile.name,
+        "profile": exchange.rules.profile.name,
         "status": status,
         "duration_s": round(duration, 4),
         "repairs": dict(exchange.repairs),

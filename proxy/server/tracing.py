@@ -190,7 +190,7 @@ def _request_attributes(exchange: Exchange, method: str | None) -> dict[str, Any
     attributes: dict[str, Any] = {
         "streamfix.route": exchange.route,
         "streamfix.request_id": exchange.request_id,
-        "streamfix.profile": exchange.profile.name,
+        "streamfix.profile": exchange.rules.profile.name,
     }
     model = exchange.request.get("model")
     if isinstance(model, str):

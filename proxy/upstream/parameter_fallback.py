@@ -6,7 +6,7 @@ it. The profiles' tables (proxy/repair/profiles.py) hold what is known; this is 
 when the error names a parameter the request carries, and that is not what the request is
 (`PROTECTED`), the request goes once more without it, and the (upstream, model, parameter)
 is kept in the receipts' store with a TTL, so later requests go without it at once
-(ParameterRepair drops it, from `Exchange.learned_parameters`). Nothing else is retried: any
+(ParameterRepair drops it, from `RouteRules.learned_parameters`). Nothing else is retried: any
 other status, an error that names nothing the request has, or a second rejection reach the
 client as they came.
 """
