@@ -13,7 +13,7 @@ from proxy.explain.attribution import AttributingChain, BodyChange, Label, Step
 from proxy.repair.exchange import Exchange
 from proxy.repair.pipeline import RepairChain, as_chunk, is_done, is_upstream_error
 from proxy.repair.receipts.store import ReceiptStore
-from proxy.repair.repairs import default_repairs
+from proxy.repair.repairs import ChainOptions, default_repairs
 from proxy.replay_check import delivery_of, replayed, settings_for
 from proxy.server.delivery_mode import Mode
 from proxy.settings.schema import Settings
@@ -80,9 +80,9 @@ async def explain(path: Path, settings: Settings) -> Explanation:
     cassette = load(path)
     chains: list[AttributingChain] = []
 
-    def attributing(settings: Settings, exchange: Exchange, store: ReceiptStore) -> RepairChain:
+    def attributing(options: ChainOptions, exchange: Exchange, store: ReceiptStore) -> RepairChain:
         chain = AttributingChain(
-            default_repairs(settings, exchange, store), exchange, strict=settings.repairs.strict
+            default_repairs(options, exchange, store), exchange, strict=options.strict
         )
         chains.append(chain)
         return chain

@@ -10,8 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.repair.markup.rules import MarkupRules
-from proxy.repair.profiles import PROFILES, MessageRules, ProviderProfile
+from proxy.repair.rules import RouteRules
 from proxy.repair.tenancy import ReceiptScope
 
 logger = logging.getLogger(__name__)
@@ -22,16 +21,9 @@ class Exchange:
     request_id: str
     request: dict[str, Any] = field(default_factory=dict)
     """The chat-completion request body as forwarded upstream."""
-    profile: ProviderProfile = PROFILES["generic"]
-    """What the upstream of this request needs, decided once, before the stream starts."""
-    schema_dialect: str = ""
-    """The JSON Schema dialect this upstream takes tool parameters in ("": as sent)."""
-    messages: MessageRules = field(default_factory=MessageRules)
-    """The message shapes this upstream takes: the route's rules, by default the profile's."""
-    tool_name_rule: str = ""
-    """The rule this upstream's tool names must follow ("": as sent)."""
-    markup: MarkupRules = field(default_factory=MarkupRules)
-    """What the route lets the markup repairs do with text that is really calls or reasoning."""
+    rules: RouteRules = field(default_factory=RouteRules)
+    """What the route's upstream needs and allows, resolved once per route and profile
+    (`UpstreamRoute.rules`), with what its upstream refused before (upstream/refusals.py)."""
     scope: ReceiptScope = field(default_factory=lambda: ReceiptScope(None, "none"))
     """No tenant unless the request showed a credential: no receipts kept or given."""
     repairs: Counter[str] = field(default_factory=Counter)

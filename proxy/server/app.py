@@ -19,7 +19,7 @@ from starlette.routing import Route
 from proxy.repair.exchange import Exchange
 from proxy.repair.pipeline import RepairChain
 from proxy.repair.receipts.store import ReceiptStore, open_store
-from proxy.repair.repairs import default_repairs
+from proxy.repair.repairs import ChainOptions, default_repairs
 from proxy.repair.tenancy import ReceiptScope, tenant_of
 from proxy.server.asgi import StreamfixApp, http_error, internal_error
 from proxy.server.auth import is_allowed
@@ -34,6 +34,7 @@ from proxy.server.paths import UnsafePath, checked_relative
 from proxy.server.record import ExchangeRecord
 from proxy.server.startup import startup_line
 from proxy.server.tracing import Tracing
+from proxy.settings.chain import chain_options
 from proxy.settings.schema import ConfigError, Settings
 from proxy.settings.values import parse_keys
 from proxy.upstream.body_decoding import decoder_for
@@ -51,12 +52,12 @@ CHAT_PATH = b"chat/completions"
 
 logger = logging.getLogger(__name__)
 
-ChainFactory = Callable[[Settings, Exchange, ReceiptStore], RepairChain]
+ChainFactory = Callable[[ChainOptions, Exchange, ReceiptStore], RepairChain]
 """Builds one exchange's repair chain; `streamfix explain` passes one that attributes."""
 
 
-def default_chain(settings: Settings, exchange: Exchange, store: ReceiptStore) -> RepairChain:
-    return RepairChain(default_repairs(settings, exchange, store), strict=settings.repairs.strict)
+def default_chain(options: ChainOptions, exchange: Exchange, store: ReceiptStore) -> RepairChain:
+    return RepairChain(default_repairs(options, exchange, store), strict=options.strict)
 
 
 class Proxy:
@@ -71,6 +72,7 @@ class Proxy:
     ) -> None:
         environ = os.environ if environ is None else environ
         self.chain_factory = chain_factory
+        self.chain_options = chain_options(settings)
         quiet_client_loggers()
         self.settings = settings
         self.router = Router(settings, environ)
@@ -145,7 +147,7 @@ class Proxy:
         recalled = await self.refusals.recall(route.identity, body) if learning else NOTHING
         record = self._record(request, request_id, body, route, recalled, started)
         exchange = record.exchange
-        chain = self.chain_factory(self.settings, exchange, self.store)
+        chain = self.chain_factory(self.chain_options, exchange, self.store)
         changed = await chain.on_request(body) or renamed
         content = json_codec.dumps(body) if changed else raw
         upstream = await self._send(request, route, CHAT_PATH, content, record, resend=body)
@@ -257,15 +259,10 @@ class Proxy:
         # Every credential form the proxy forwards names the tenant, `?key=` included.
         query = request.scope.get("query_string", b"")
         tenant = tenant_of(request.headers, self.settings.receipts.tenant_header, query=query)
-        profile = recalled.applied(route.profile(body.get("model")))
         exchange = Exchange(
             request_id=request_id,
             request=body,
-            profile=profile,
-            schema_dialect=route.schema_dialect(profile),
-            messages=route.message_rules(profile),
-            tool_name_rule=route.tool_name_rule(profile),
-            markup=route.markup(),
+            rules=recalled.applied(route.rules(body.get("model"))),
             scope=ReceiptScope(tenant, route.identity),
         )
         return ExchangeRecord(
@@ -312,7 +309,9 @@ class Proxy:
             content=content,
             extensions={
                 "timeout": route.timeout.as_dict(),
-                UPSTREAM: UpstreamContext(route.upstream.base_url, record.exchange.profile.name),
+                UPSTREAM: UpstreamContext(
+                    route.upstream.base_url, record.exchange.rules.profile.name
+                ),
             },
         )
 

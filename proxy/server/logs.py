@@ -113,7 +113,7 @@ def log_exchange(
         "path": record.path,
         "route": record.route,
         "model": exchange.request.get("model"),
-        "profile": exchange.profile.name,
+        "profile": exchange.rules.profile.name,
         "status": status,
         "duration_s": round(duration, 4),
         "repairs": dict(exchange.repairs),

@@ -191,7 +191,7 @@ def _request_attributes(record: ExchangeRecord, method: str | None) -> dict[str,
     attributes: dict[str, Any] = {
         "streamfix.route": record.route,
         "streamfix.request_id": exchange.request_id,
-        "streamfix.profile": exchange.profile.name,
+        "streamfix.profile": exchange.rules.profile.name,
     }
     model = exchange.request.get("model")
     if isinstance(model, str):

@@ -21,8 +21,9 @@ from typing import Any
 
 import httpx
 
-from proxy.repair.profiles import ParameterRule, ProviderProfile
+from proxy.repair.profiles import ParameterRule
 from proxy.repair.repairs.parameters import PROTECTED
+from proxy.repair.rules import RouteRules
 from proxy.upstream.refusal_memory import RefusalMemory
 from proxy.upstream.refusal_reading import MAX_ERROR_BYTES, read_refusal
 
@@ -116,11 +117,12 @@ class RejectedParameters:
     def candidates(self, request: Mapping[str, Any]) -> list[str]:
         return [name for name in request if name not in PROTECTED]
 
-    def adjust(self, profile: ProviderProfile, keys: frozenset[str]) -> ProviderProfile:
+    def adjust(self, rules: RouteRules, keys: frozenset[str]) -> RouteRules:
         """Each learned parameter as one more drop at the end of the profile's table: the table
         renames or drops first, and whatever learned name is still there goes."""
         learned = tuple(ParameterRule(name) for name in sorted(keys))
-        return replace(profile, parameters=(*profile.parameters, *learned))
+        profile = rules.profile
+        return replace(rules, profile=replace(profile, parameters=(*profile.parameters, *learned)))
 
 
 PARAMETERS = RejectedParameters()

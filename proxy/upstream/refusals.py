@@ -24,7 +24,7 @@ from typing import Any, Protocol, TypeVar
 
 import httpx
 
-from proxy.repair.profiles import ProviderProfile
+from proxy.repair.rules import RouteRules
 from proxy.settings.schema import Settings
 from proxy.upstream.parameter_fallback import PARAMETERS
 from proxy.upstream.refusal_memory import RefusalMemory, open_memory
@@ -57,7 +57,7 @@ class RefusalRule(Protocol):
     def candidates(self, request: Mapping[str, Any]) -> list[str]:
         """The memory keys a request like this one could have learned (looked up in one go)."""
 
-    def adjust(self, profile: ProviderProfile, keys: frozenset[str]) -> ProviderProfile:
+    def adjust(self, rules: RouteRules, keys: frozenset[str]) -> RouteRules:
         """The rules the request phase reads, with what was learned for this upstream and
         model, so the repairs leave it out up front."""
 
@@ -87,10 +87,11 @@ class Recalled:
 
     keys: tuple[tuple[RefusalRule, frozenset[str]], ...] = ()
 
-    def applied(self, profile: ProviderProfile) -> ProviderProfile:
+    def applied(self, rules: RouteRules) -> RouteRules:
+        """The route's rules with what was learned: a new value, the route's own unchanged."""
         for rule, keys in self.keys:
-            profile = rule.adjust(profile, keys)
-        return profile
+            rules = rule.adjust(rules, keys)
+        return rules
 
 
 NOTHING = Recalled()

@@ -12,8 +12,9 @@ import httpx
 import orjson
 import pytest
 
-from proxy.repair.profiles import PROFILES, ProviderProfile
+from proxy.repair.profiles import PROFILES
 from proxy.repair.receipts.store import MemoryStore
+from proxy.repair.rules import RouteRules
 from proxy.upstream.parameter_fallback import PARAMETERS
 from proxy.upstream.refusal_memory import RefusalMemory
 from proxy.upstream.refusals import NOTHING, RULES, RefusalLearning, RefusalRule
@@ -100,10 +101,12 @@ async def test_what_was_learned_joins_the_profile_table_after_its_own_rules() ->
     await seam.send(Upstream(refusal("store"), OK), "up", body, outgoing(body))
     recalled = await seam.recall("up", {"model": "m", "store": True, "max_completion_tokens": 8})
     mistral = PROFILES["mistral"]
-    adjusted = recalled.applied(mistral)
+    rules = RouteRules(profile=mistral)
+    adjusted = recalled.applied(rules).profile
     assert adjusted.parameters[: len(mistral.parameters)] == mistral.parameters
     assert [rule.name for rule in adjusted.parameters[len(mistral.parameters) :]] == ["store"]
-    assert NOTHING.applied(mistral) is mistral
+    assert NOTHING.applied(rules) is rules
+    assert rules.profile is mistral  # the route's own value is never changed
 
 
 class ToolChoiceRefused:
@@ -124,8 +127,8 @@ class ToolChoiceRefused:
     def candidates(self, request: Mapping[str, Any]) -> list[str]:
         return ["tool_choice:required"] if request.get("tool_choice") == "required" else []
 
-    def adjust(self, profile: ProviderProfile, keys: frozenset[str]) -> ProviderProfile:
-        return replace(profile, name=profile.name + "+auto-tool-choice")
+    def adjust(self, rules: RouteRules, keys: frozenset[str]) -> RouteRules:
+        return replace(rules, tool_names=rules.tool_names + "+auto-tool-choice")
 
 
 async def test_a_second_rule_is_one_more_table_entry_with_its_own_memory_keys() -> None:
@@ -139,5 +142,6 @@ async def test_a_second_rule_is_one_more_table_entry_with_its_own_memory_keys() 
     assert upstream.bodies[1]["tool_choice"] == "auto"
     assert upstream.bodies[1]["store"] is True  # the parameters rule read nothing it names
     recalled = await seam.recall("up", {"model": "m", "tool_choice": "required", "store": 1})
-    assert recalled.applied(PROFILES["generic"]).name == "generic+auto-tool-choice"
-    assert recalled.applied(PROFILES["generic"]).parameters == ()
+    applied = recalled.applied(RouteRules())
+    assert applied.tool_names == "+auto-tool-choice"
+    assert applied.profile.parameters == ()

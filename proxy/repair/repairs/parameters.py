@@ -29,7 +29,7 @@ class ParameterRepair(Repair):
 
     async def on_request(self, body: dict[str, Any]) -> bool:
         changed = False
-        for rule in self._exchange.profile.parameters:
+        for rule in self._exchange.rules.profile.parameters:
             name = rule.name
             if name in PROTECTED or name not in body or not rule.applies(body[name]):
                 continue
