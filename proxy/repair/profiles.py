@@ -40,7 +40,7 @@ class ReceiptRule:
     ids); a text-only assistant message (keyed by its text and the question it answered)."""
     merge: Literal["last", "concat", "by_index"] = "last"
     """How stream deltas build it: the last value, concatenated strings, or pieces merged
-    by their `index` (text fields concatenated, other fields as received)."""
+    by their `index` and `type` (text fields concatenated, other fields as received)."""
     required: bool = False
     """A tool turn without it is rejected upstream: count the miss (nothing is invented)."""
 
