@@ -137,6 +137,8 @@ _GOOGLE = {
         ReceiptRule("signatures", VERTEX_SIGNATURE, "call"),
         ReceiptRule("signatures", SIGNATURE, "text_turn"),
         ReceiptRule("signatures", VERTEX_SIGNATURE, "text_turn"),
+        ReceiptRule("signatures", SIGNATURE, "tool_turn"),
+        ReceiptRule("signatures", VERTEX_SIGNATURE, "tool_turn"),
     ),
     "first_call_placeholder": ReceiptPlaceholder("signatures", SIGNATURE, SKIP_SIGNATURE_VALIDATOR),
 }
@@ -152,6 +154,8 @@ _OBSERVED = (
     ReceiptRule("signatures", VERTEX_SIGNATURE, "call"),
     ReceiptRule("signatures", SIGNATURE, "text_turn"),
     ReceiptRule("signatures", VERTEX_SIGNATURE, "text_turn"),
+    ReceiptRule("signatures", SIGNATURE, "tool_turn"),
+    ReceiptRule("signatures", VERTEX_SIGNATURE, "tool_turn"),
     ReceiptRule("reasoning_details", ("reasoning_details",), "tool_turn", "by_index"),
     ReceiptRule("reasoning_details", ("reasoning_details",), "text_turn", "by_index"),
     ReceiptRule("reasoning_content", ("reasoning_content",), "tool_turn", "concat"),

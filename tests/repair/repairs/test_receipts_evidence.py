@@ -208,6 +208,23 @@ def test_a_signature_kept_in_the_other_namespace_is_not_doubled() -> None:
     assert exchange.repairs["signatures_injected"] == 0
 
 
+@pytest.mark.parametrize("profile", ["generic", "gemini"])
+def test_a_tool_turns_message_signature_is_kept_and_returned(profile: str) -> None:
+    # Google's endpoint has signed a tool turn on the message, not on its call. Before: no rule
+    # took it, and the evidence profile stripped the client's own copy as foreign.
+    h = Harness(PROFILES[profile])
+    signed = {"google": {"thought": True, "thought_signature": "MSG-SIG"}}
+    message = {"role": "assistant", "extra_content": signed, "tool_calls": [plain("g7")]}
+    exchange = h.respond({"choices": [{"index": 0, "message": message, "finish_reason": "stop"}]})
+    assert exchange.repairs["signatures_captured"] == 1
+    dropped, exchange = h.request(history(plain("g7")))
+    assert dropped[1]["extra_content"] == {"google": {"thought_signature": "MSG-SIG"}}
+    assert exchange.repairs["signatures_injected"] == 1
+    kept, exchange = h.request(history(plain("g7"), extra_content=signed))
+    assert kept[1]["extra_content"] == signed
+    assert exchange.repairs["foreign_metadata_removed"] == 0
+
+
 # Grok behind OpenRouter: summary pieces at index 0, then one encrypted detail, also index 0.
 # Gemini 3 behind Vercel's AI Gateway does the same with reasoning.text.
 SAME_INDEX = [
