@@ -31,6 +31,12 @@ serves the body (direct) and against the proxy in front of that fake (proxy):
               tests/clients/vercel_driver.mjs; `npm ci` in tests/clients if needed)
     request   (proxy only) each recorded `turnN.request.json` sent in order with one key: the
               body the fake receives must be JSON-equal to the one sent
+    follow-up (proxy only) each recorded answer taken by the OpenAI SDK through the proxy and
+              sent back in the client's own next request (the recorded `turnN+1` request with
+              the SDK's message in place of the recorded one, tool results mapped to its call
+              ids), once as the SDK gave it and once without its receipts: the fake must get
+              every receipt it issued (signatures on calls and messages, reasoning_details, a
+              tool turn's reasoning_content); exact for JSON answers, present for streamed ones
 
 A cell is PASS or what differs from what the upstream meant: the calls (names, parsed
 arguments) assembled tolerantly from the recorded chunks, the text, one finish reason
@@ -637,6 +643,175 @@ def check_requests(base_url: str, fake: Fake, conversation: Conversation) -> str
     return "PASS" if not diffs else " | ".join(diffs)
 
 
+# ── the follow-ups: each answer taken by a client, and its next request ─────────
+
+# What an upstream hands out with an answer and needs back on the next request (the evidence
+# profile's receipts): Google's signature, on a call or on the message, in Google's or Vertex's
+# namespace; OpenRouter's and the AI Gateway's reasoning_details; the reasoning_content of a
+# tool-calling turn (DeepSeek, Kimi, GLM, Qwen thinking models).
+SIGNATURES = (("extra_content", "google", "thought_signature"),)
+SIGNATURES += (("extra_content", "vertex", "thought_signature"),)
+MESSAGE_RECEIPTS = (*SIGNATURES, ("reasoning_details",), ("reasoning_content",))
+SDK_ARGUMENTS = ("model", "messages", "tools", "tool_choice", "temperature", "max_tokens")
+
+
+def _get(value: Any, path: tuple[str, ...]) -> Any:
+    for name in path:
+        value = value.get(name) if isinstance(value, dict) else None
+    return value if value not in (None, "", []) else None
+
+
+def _drop(value: dict[str, Any], path: tuple[str, ...]) -> None:
+    """`path` removed from `value`, and the objects it leaves empty with it."""
+    holder = value.get(path[0])
+    if len(path) == 1 or not isinstance(holder, dict):
+        value.pop(path[0], None)
+        return
+    _drop(holder, path[1:])
+    if not holder:
+        value.pop(path[0])
+
+
+@dataclass
+class Issued:
+    """The receipts one recorded answer carried: on the message, and per call (by position)."""
+
+    message: dict[tuple[str, ...], Any] = field(default_factory=dict)
+    calls: dict[int, dict[tuple[str, ...], Any]] = field(default_factory=dict)
+    exact: bool = True
+    """False for a stream: its values are assembled here only roughly (presence is checked)."""
+
+
+def issued_by(response: Recorded) -> Issued:
+    if response.kind == "json":
+        message = json.loads(response.body)["choices"][0]["message"]
+        found = Issued({p: v for p in MESSAGE_RECEIPTS if (v := _get(message, p)) is not None})
+        for n, call in enumerate(message.get("tool_calls") or ()):
+            signed = {p: v for p in SIGNATURES if (v := _get(call, p)) is not None}
+            if signed:
+                found.calls[n] = signed
+        return found
+    found = Issued(exact=False)
+    chunks, _ = sse_chunks(response.sse)
+    order: dict[Any, int] = {}
+    for chunk in chunks:
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta") or {} if choice.get("index", 0) == 0 else {}
+            found.message.update({p: True for p in MESSAGE_RECEIPTS if _get(delta, p)})
+            for entry in delta.get("tool_calls") or ():
+                where = entry.get("index", len(order)) if entry.get("id") else None
+                position = order.setdefault(where, len(order)) if where is not None else None
+                for path in SIGNATURES:
+                    if _get(entry, path) and position is not None:
+                        found.calls.setdefault(position, {})[path] = True
+    return found
+
+
+def sdk_answer(base_url: str, key: str, request: dict[str, Any], response: Recorded) -> Any:
+    """The assistant message as the OpenAI Python SDK hands it to the app, which sends it
+    back: `create()`'s message, or the stream helper's final message, `model_dump()`ed."""
+    client = openai_client(base_url, key)
+    kwargs = {k: v for k, v in request.items() if k in SDK_ARGUMENTS}
+    extra = {k: v for k, v in request.items() if k not in (*SDK_ARGUMENTS, "stream")}
+    if response.kind == "json":
+        completion = client.chat.completions.create(**kwargs, extra_body=extra or None)
+    else:
+        with client.chat.completions.stream(**kwargs, extra_body=extra or None) as stream:
+            for _ in stream:
+                pass
+            completion = stream.get_final_completion()
+    message = completion.choices[0].message.model_dump(exclude_none=True)
+    for name in ("parsed", "refusal", "annotations", "audio", "function_call"):
+        message.pop(name, None)
+    for call in message.get("tool_calls") or ():
+        call.pop("parsed_arguments", None)
+        (call.get("function") or {}).pop("parsed_arguments", None)
+    return message
+
+
+def check_follow_ups(base_url: str, fake: Fake, conversation: Conversation) -> str:
+    """Each recorded answer taken by the OpenAI SDK through the proxy and sent back in the
+    client's own next request (the recorded one, with the SDK's message in place of the
+    recorded one and the tool results' ids mapped to it): the upstream must get every receipt
+    it issued, both when the client keeps them in the message (`keeps`) and when it drops
+    them (`drops`). Stops where the corpus has not enough to build the next request."""
+    notes: list[str] = []
+    followed = 0
+    for variant in ("keeps", "drops"):
+        key = f"follow-{variant}-{conversation.stem}"
+        messages = list(conversation.turns[0][0]["messages"])
+        built: list[tuple[int, Issued]] = []  # (position in messages, what its answer issued)
+        for n, (recorded, response) in enumerate(conversation.turns[:-1]):
+            if meant(response).error:
+                break  # an error answer: no message to send back
+            fake.responses[key] = response
+            try:
+                message = sdk_answer(base_url, key, {**recorded, "messages": messages}, response)
+            except Exception as exc:  # a client failing here is a result
+                notes.append(f"{variant} turn{n}: {type(exc).__name__}: {exc}"[:120])
+                break
+            next_request = conversation.turns[n + 1][0]
+            place = len(recorded["messages"])
+            nexts = next_request["messages"]
+            if len(nexts) <= place or nexts[place].get("role") != "assistant":
+                notes.append(f"turn{n + 1}: not built (no assistant message at {place})")
+                break
+            recorded_ids = [c.get("id") for c in nexts[place].get("tool_calls") or ()]
+            sdk_ids = [c.get("id") for c in message.get("tool_calls") or ()]
+            if len(recorded_ids) != len(sdk_ids):
+                notes.append(
+                    f"turn{n + 1}: not built ({len(sdk_ids)} calls, recorded {len(recorded_ids)})"
+                )
+                break
+            if variant == "drops":
+                for path in MESSAGE_RECEIPTS:
+                    _drop(message, path)
+                for call in message.get("tool_calls") or ():
+                    _drop(call, ("extra_content",))
+            ids = dict(zip(recorded_ids, sdk_ids, strict=True))
+            rest = [
+                {**m, "tool_call_id": ids.get(m.get("tool_call_id"), m.get("tool_call_id"))}
+                if m.get("role") == "tool"
+                else m
+                for m in nexts[place + 1 :]
+            ]
+            built.append((len(messages), issued_by(response)))
+            messages = [*messages, message, *rest]
+            fake.responses[key] = conversation.turns[n + 1][1]
+            httpx.post(
+                f"{base_url}/chat/completions",
+                json={**next_request, "messages": messages},
+                headers={"authorization": f"Bearer {key}"},
+                timeout=30,
+            ).read()
+            followed += 1
+            forwarded = (fake.received.get(key) or {}).get("messages") or []
+            notes += [f"{variant} turn{n + 1}: {m}" for m in _receipts_missing(forwarded, built)]
+    if not notes and not followed:
+        return "n/a"  # no answer a client could send back (errors only)
+    return "PASS" if not notes else " | ".join(dict.fromkeys(notes))[:300]
+
+
+def _receipts_missing(forwarded: list[Any], built: list[tuple[int, Issued]]) -> list[str]:
+    missing = []
+    for position, issued in built:
+        sent = forwarded[position] if position < len(forwarded) else {}
+        calls = sent.get("tool_calls") or []
+        wanted = [("message", sent, issued.message)]
+        wanted += [
+            (f"call {n}", calls[n] if n < len(calls) else {}, v) for n, v in issued.calls.items()
+        ]
+        for where, holder, receipts in wanted:
+            for path, value in receipts.items():
+                if path == ("reasoning_content",) and not calls:
+                    continue  # a text turn's reasoning is not asked back
+                got = _get(holder, path)
+                if got is None or (issued.exact and got != value):
+                    state = "missing" if got is None else "altered"
+                    missing.append(f"message {position} {where}: {'.'.join(path)} {state}")
+    return missing
+
+
 def json_diff(sent: Any, got: Any, path: str = "") -> list[str]:
     if isinstance(sent, dict) and isinstance(got, dict):
         out = []
@@ -729,10 +904,11 @@ def main() -> int:
             for conversation in talks:
                 last = conversation.turns[-1][1].row
                 cells[(last, "request")] = check_requests(proxy, fake, conversation)
+                cells[(last, "follow-up")] = check_follow_ups(proxy, fake, conversation)
             render(
                 f"through the proxy ({args.emit}): client -> streamfix -> fake upstream",
                 rows,
-                [*columns, "request"] if talks else columns,
+                [*columns, "request", "follow-up"] if talks else columns,
                 cells,
             )
     return 0

@@ -40,7 +40,7 @@ class ReceiptRule:
     ids); a text-only assistant message (keyed by its text and the question it answered)."""
     merge: Literal["last", "concat", "by_index"] = "last"
     """How stream deltas build it: the last value, concatenated strings, or pieces merged
-    by their `index` (text fields concatenated, other fields as received)."""
+    by their `index` and `type` (text fields concatenated, other fields as received)."""
     required: bool = False
     """A tool turn without it is rejected upstream: count the miss (nothing is invented)."""
 
@@ -137,6 +137,8 @@ _GOOGLE = {
         ReceiptRule("signatures", VERTEX_SIGNATURE, "call"),
         ReceiptRule("signatures", SIGNATURE, "text_turn"),
         ReceiptRule("signatures", VERTEX_SIGNATURE, "text_turn"),
+        ReceiptRule("signatures", SIGNATURE, "tool_turn"),
+        ReceiptRule("signatures", VERTEX_SIGNATURE, "tool_turn"),
     ),
     "first_call_placeholder": ReceiptPlaceholder("signatures", SIGNATURE, SKIP_SIGNATURE_VALIDATOR),
 }
@@ -152,6 +154,8 @@ _OBSERVED = (
     ReceiptRule("signatures", VERTEX_SIGNATURE, "call"),
     ReceiptRule("signatures", SIGNATURE, "text_turn"),
     ReceiptRule("signatures", VERTEX_SIGNATURE, "text_turn"),
+    ReceiptRule("signatures", SIGNATURE, "tool_turn"),
+    ReceiptRule("signatures", VERTEX_SIGNATURE, "tool_turn"),
     ReceiptRule("reasoning_details", ("reasoning_details",), "tool_turn", "by_index"),
     ReceiptRule("reasoning_details", ("reasoning_details",), "text_turn", "by_index"),
     ReceiptRule("reasoning_content", ("reasoning_content",), "tool_turn", "concat"),

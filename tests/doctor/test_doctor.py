@@ -78,6 +78,20 @@ def test_a_clean_upstream_gets_no_complaint(capsys: pytest.CaptureFixture[str]) 
     assert sent == {64, 1}  # 1 only for tiny_max_tokens
 
 
+def test_openais_own_fragmented_stream_is_fine(capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue 26: a call's arguments in several fragments after its opening delta is how OpenAI
+    # streams every call, and every client takes it. Before: "call 0 sent in more than one
+    # delta" on every row with a call, verdict `fixed`.
+    document = doctor_json(upstreams.OPENAI_FRAGMENTS, capsys)
+    fake = document["fake"]
+    request = next(r for r in fake.requests if r.get("stream") and r.get("tools"))
+    streamed = fake._stream(request, fake._calls(request)).decode()
+    assert streamed.count('"arguments":"') > 2  # really in fragments: opening, then pieces
+    assert verdicts(document) == dict.fromkeys(NAMES, "fine"), document["checks"]
+    assert all(check["breaks"] == "nothing" for check in document["checks"]), document["checks"]
+    assert document["exit"] == 0
+
+
 def test_a_gemini_like_upstream(capsys: pytest.CaptureFixture[str]) -> None:
     document = doctor_json(upstreams.GEMINI, capsys)
     assert verdicts(document) == {

@@ -18,7 +18,10 @@ real upstream's behaviour with its real error body:
   parameter refused in QuantumNous/new-api#418); or taking it and sending no usage.
 - Cut with `stop`: an answer cut at `max_tokens` ended with "stop" (llm-d/llm-d-inference-sim
   #29, huggingface/transformers#42157), or with no finish at all.
-- OpenAI-like: none of these; usage sent when asked for, a cut reported as `length`.
+- OpenAI-like: none of these; usage sent when asked for, a cut reported as `length`. With
+  `fragments`, each call streams exactly as OpenAI streams it: an opening delta with index, id,
+  type, name and empty arguments, then the arguments in several fragments carrying only the
+  index.
 
 Every request is kept (`requests`), so a test can show nothing was sent.
 """
@@ -66,6 +69,8 @@ class Quirks:
     """Send the usage chunk when `stream_options.include_usage` asks for it."""
     cut_finish: str = "length"
     """How an answer cut at `max_tokens` 1 ends: "length", "stop" or "none" (no finish)."""
+    fragments: bool = False
+    """Stream each call's arguments in fragments after its opening delta, as OpenAI does."""
 
 
 GEMINI = Quirks(index=False, stop_after_calls=True, rejects_additional_properties=True)
@@ -80,6 +85,7 @@ NO_USAGE = Quirks(usage=False)
 CUT_STOP = Quirks(cut_finish="stop")
 CUT_UNFINISHED = Quirks(cut_finish="none")
 OPENAI = Quirks()
+OPENAI_FRAGMENTS = Quirks(fragments=True)
 
 
 def _openai_error(message: str, param: str | None = None) -> Response:
@@ -192,6 +198,16 @@ class FakeUpstream:
         function = {"name": call["name"], "arguments": call["arguments"]}
         return {**entry, "id": call["id"], "type": "function", "function": function}
 
+    def _stream_entries(self, i: int, call: dict[str, Any]) -> list[dict[str, Any]]:
+        """A call's entries as streamed: whole, or OpenAI's opening delta then fragments."""
+        entry = self._entry(i, call)
+        if not self.quirks.fragments:
+            return [entry]
+        arguments = entry["function"]["arguments"]
+        opening = {**entry, "function": {**entry["function"], "arguments": ""}}
+        pieces = [arguments[n : n + 4] for n in range(0, len(arguments), 4)]
+        return [opening, *({"index": i, "function": {"arguments": p}} for p in pieces)]
+
     def _markup(self, calls: list[dict[str, Any]]) -> str:
         return "".join(
             f'<tool_call>{{"name": "{c["name"]}", "arguments": {c["arguments"]}}}</tool_call>'
@@ -207,7 +223,8 @@ class FakeUpstream:
         if calls and self.quirks.markup:
             deltas.append({"content": self._markup(calls)})
         elif calls:
-            deltas += [{"tool_calls": [self._entry(i, c)]} for i, c in enumerate(calls)]
+            for i, call in enumerate(calls):
+                deltas += [{"tool_calls": [entry]} for entry in self._stream_entries(i, call)]
         elif body.get("max_tokens") == 1:
             deltas.append({"content": "Once"})  # one token of the long answer asked for
         else:

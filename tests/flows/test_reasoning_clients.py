@@ -196,3 +196,23 @@ def test_vercel_deepseek_without_proxy(sdk: str) -> None:
         assert [(e["status"], e["name"]) for e in second["apiErrors"]] == [(400, "AI_APICallError")]
         assert DEEPSEEK_MESSAGE in second["apiErrors"][0]["body"]
         assert fake.rejections == [Rejection("missing", 1)]
+
+
+@pytest.mark.usefixtures("node_clients")
+@pytest.mark.parametrize("sdk", VERCEL_SDKS)
+def test_vercel_flow_behind_openrouter_on_a_plain_host(sdk: str) -> None:
+    """Issue 26: OpenRouter relaying Gemini on a host that says nothing, no profile configured
+    (the evidence profile). The AI SDK sends the reasoning it kept back as `reasoning_content`
+    and never `reasoning_details`; before, a message carrying one receipt field counted as
+    carrying all, so `reasoning_details` were not put back and step 2 got OpenRouter's 400."""
+    with behind_proxy(OPENROUTER, {"upstream.profile": "auto"}) as (fake, _, proxy):
+        first, second = _vercel_flow(sdk, proxy, OPENROUTER, keep_reasoning=True)
+        assert first["errors"] == [], first["apiErrors"]
+        assert second["errors"] == [], second["apiErrors"]
+        assert fake.rejections == []
+        assert [first["text"], second["text"]] == FINAL_TEXTS
+        assert assert_receipts_returned(fake, OPENROUTER, client_sends=True) > 0
+        assert_last_request_complete(fake, OPENROUTER)
+        # The client's own `reasoning_content` went up as it sent it.
+        sent = [m for r in fake.chat_requests for m in r["messages"] if "reasoning_content" in m]
+        assert sent, "the SDK sent no reasoning_content: the test would prove nothing"

@@ -20,14 +20,17 @@ from tests.support.fake_upstream import running_fake_upstream
 from tests.support.proxies import running_proxy
 from tests.support.reasoning_flows import (
     DEEPSEEK,
+    FINAL_TEXTS,
     OPENROUTER,
     PROVIDERS,
     Provider,
+    assert_receipts_returned,
     behind_proxy,
     openai_client,
     post_chat,
     rejection_reasons,
     repairs_total,
+    run_openai_flow,
     tool_call,
     tool_results_for,
     wait_for_repairs_total,
@@ -317,3 +320,48 @@ def test_receipts_stay_with_the_upstream_that_issued_them() -> None:
             # DeepSeek rejects OpenRouter's steps (it never issued them), without any reasoning.
             assert {r.reason for r in ds.rejections} == {"missing"}
             assert orr.rejections == []
+
+
+# Issue 26: two reasoning details sharing index 0 (OpenRouter relaying Grok, Vercel's AI Gateway
+# relaying Gemini 3), on a host named by configuration and on one that says nothing.
+SHARED_INDEX_CONFIGS = {"openrouter": {"upstream.profile": "openrouter"}, "plain-host": {}}
+
+
+@pytest.mark.parametrize("mode", ["stream", "create"])
+@pytest.mark.parametrize("config", SHARED_INDEX_CONFIGS.values(), ids=SHARED_INDEX_CONFIGS.keys())
+def test_two_details_sharing_an_index_go_back_as_two(config: dict[str, Any], mode: str) -> None:
+    # Before: the encrypted detail was captured merged into the text one, and that single
+    # detail went upstream: OpenRouter's "Corrupted thought signature." 400.
+    config = {"upstream.profile": "auto", **config}
+    with behind_proxy(OPENROUTER, config, shared_index=True) as (fake, _, proxy):
+        assert run_openai_flow(proxy, OPENROUTER, mode) == FINAL_TEXTS
+        assert fake.rejections == []
+        assert assert_receipts_returned(fake, OPENROUTER) > 0
+        assert all(len(issued.receipt) == 2 for issued in fake.issued_log)
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "non-streamed"])
+def test_a_client_keeping_two_details_that_share_an_index_is_left_alone(stream: bool) -> None:
+    # Before: the client's correct two-detail value was "restored" to the merged one.
+    with behind_proxy(OPENROUTER, {"upstream.profile": "auto"}, shared_index=True) as (
+        fake,
+        _,
+        proxy,
+    ):
+        question = {"role": "user", "content": "read a.txt"}
+        body = {"model": OPENROUTER.model, "messages": [question], "tools": OPENAI_TOOLS}
+        assert post_chat(proxy, {**body, "stream": stream}).status_code == 200
+        issued = fake.issued_log[0]
+        assert [d["index"] for d in issued.receipt] == [0, 0]
+        step = {
+            "role": "assistant",
+            "content": "",
+            "reasoning_details": issued.receipt,
+            "tool_calls": [tool_call(i) for i in issued.call_ids],
+        }
+        follow_up = {**body, "messages": [question, step, *tool_results_for(step)]}
+        answer = post_chat(proxy, follow_up)
+        assert answer.status_code == 200, answer.text
+        assert fake.rejections == []
+        assert fake.chat_requests[-1]["messages"][1]["reasoning_details"] == issued.receipt
+        assert repairs_total(proxy.removesuffix("/v1"), "reasoning_details_restored") == 0

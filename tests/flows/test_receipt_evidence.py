@@ -8,18 +8,28 @@ front of upstreams whose host says nothing, with no profile configured, and real
 - An OpenRouter-shaped upstream serving `google/gemini-…`: before, the model name gave it
   Gemini's rules, so its reasoning_details were not kept (400) and Google's placeholder went
   into requests bound for a non-Google gateway.
+- A Gemini answer whose call came without an id and whose signature sits on the message: before,
+  the signature was neither kept nor left on the client's follow-up (stripped as foreign).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
 import openai
+import orjson
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from tests.support.gemini_upstream import THREE_STEPS, running_gemini_upstream, signature_of
 from tests.support.proxies import running_proxy
+from tests.support.servers import serve_in_thread
 
 TOOLS = [
     {
@@ -90,3 +100,77 @@ def test_without_the_proxy_the_dropping_client_gets_the_400() -> None:
         statuses = run_agent(f"{root}/v1beta/openai", "my-model", keep_receipts=False)
     assert statuses == [200, 400]
     assert fake.rejections == 1
+
+
+# ── a message-level signature on a tool turn whose call came without an id (issue 26) ──
+
+MESSAGE_SIGNATURE = "AVSo" + "c2lnbmVkIG9uIHRoZSBtZXNzYWdl" * 3
+
+
+def _idless_signed_turn(signature: str) -> dict[str, Any]:
+    """A non-streamed Gemini answer as Google's OpenAI endpoint gave it in mid-2025: the call
+    with `id: ""`, the thought signature on the message, not on the call."""
+    message = {
+        "role": "assistant",
+        "extra_content": {"google": {"thought": True, "thought_signature": signature}},
+        "tool_calls": [
+            {
+                "id": "",
+                "type": "function",
+                "function": {"name": "read_file", "arguments": '{"path": "a.txt"}'},
+            }
+        ],
+    }
+    choice = {"index": 0, "message": message, "finish_reason": "tool_calls"}
+    return {"id": "gen-1", "object": "chat.completion", "created": 1, "choices": [choice]}
+
+
+@contextmanager
+def _message_signing_upstream() -> Iterator[tuple[list[dict[str, Any]], str]]:
+    """Answers the first request with `_idless_signed_turn`; refuses a follow-up whose tool
+    turn does not carry the signature back on the message (Google's 400), else answers text."""
+    signature = MESSAGE_SIGNATURE
+    received: list[dict[str, Any]] = []
+
+    async def chat(request: Request) -> Response:
+        body = orjson.loads(await request.body())
+        received.append(body)
+        turns = [m for m in body["messages"] if m.get("tool_calls")]
+        if not turns:
+            return Response(orjson.dumps(_idless_signed_turn(signature)))
+        if signature_of(turns[0]) != signature:
+            error = {
+                "code": 400,
+                "message": "missing thought_signature",
+                "status": "INVALID_ARGUMENT",
+            }
+            return Response(orjson.dumps([{"error": error}]), status_code=400)
+        text = {"role": "assistant", "content": "It says hello."}
+        choice = {"index": 0, "message": text, "finish_reason": "stop"}
+        return Response(orjson.dumps({"id": "gen-2", "choices": [choice]}))
+
+    app = Starlette(routes=[Route("/v1beta/openai/chat/completions", chat, methods=["POST"])])
+    with serve_in_thread(app) as root:
+        yield received, f"{root}/v1beta/openai"
+
+
+@pytest.mark.parametrize("keep_receipts", [True, False], ids=["client-keeps", "client-drops"])
+def test_a_message_signature_on_an_idless_tool_turn_reaches_the_follow_up(keep_receipts) -> None:
+    # Before: the signature on a tool turn's message matched no rule, so nothing was kept, and
+    # on the follow-up the evidence profile stripped the client's copy as foreign metadata (or
+    # had none to put back): Google's 400.
+    with _message_signing_upstream() as (received, base), running_proxy(base) as proxy:
+        client = openai.OpenAI(base_url=f"{proxy}/v1", api_key="sk-e", max_retries=0, timeout=30)
+        messages: list[dict[str, Any]] = [{"role": "user", "content": "read a.txt"}]
+        first = client.chat.completions.create(model="my-model", messages=messages, tools=TOOLS)
+        message = first.choices[0].message.model_dump(exclude_none=True)
+        call_id = message["tool_calls"][0]["id"]
+        assert call_id  # the proxy gave the id-less call one
+        if not keep_receipts:
+            message.pop("extra_content")
+        messages += [message, {"role": "tool", "tool_call_id": call_id, "content": "hello"}]
+        try:
+            client.chat.completions.create(model="my-model", messages=messages, tools=TOOLS)
+        except openai.BadRequestError as error:
+            pytest.fail(f"follow-up refused: {error}; sent {received[-1]['messages'][1]}")
+    assert signature_of(received[1]["messages"][1]) == MESSAGE_SIGNATURE

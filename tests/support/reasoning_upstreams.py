@@ -191,6 +191,9 @@ class _ReasoningUpstream:
     min_pieces: int = 3
     reasoning_alphabet: str = REASONING_ALPHABET
     seed: int = 0
+    shared_index: bool = False
+    """OpenRouter only: the encrypted detail shares index 0 with the text (OpenRouter relaying
+    Grok, Vercel's AI Gateway relaying Gemini 3): two details, one index."""
     requests: list[RecordedRequest] = field(default_factory=list)
     issued_log: list[Issued] = field(default_factory=list)
     rejections: list[Rejection] = field(default_factory=list)
@@ -566,7 +569,7 @@ class OpenRouterUpstream(_ReasoningUpstream):
                 "data": signature,
                 "format": GEMINI_FORMAT,
                 "id": calls[0]["id"] if calls else "rs_" + secrets.token_hex(8),
-                "index": 1,
+                "index": 0 if self.shared_index else 1,
             },
         ]
 

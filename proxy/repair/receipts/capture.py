@@ -34,6 +34,8 @@ class FieldBuilder:
         self._text: list[str] | None = None
         self._pieces: dict[Any, dict[str, Any]] = {}
         self._order: list[Any] = []
+        # `by_index`: index -> the key of the newest detail at that index.
+        self._newest: dict[Any, Any] = {}
         # `by_index`: (piece key, field) -> text pieces not yet joined into the piece.
         self._growing: dict[tuple[Any, str], list[str]] = {}
 
@@ -62,6 +64,7 @@ class FieldBuilder:
         self._value = self._text = None
         self._pieces.clear()
         self._order.clear()
+        self._newest.clear()
         self._growing.clear()
 
     def value(self) -> Any:
@@ -77,9 +80,7 @@ class FieldBuilder:
     def _merge_piece(self, piece: Any) -> None:
         if not isinstance(piece, dict):
             return
-        key = piece.get("index")
-        if not isinstance(key, int | str) or isinstance(key, bool):
-            key = ("unindexed", len(self._order))  # no usable index: a piece of its own
+        key = self._detail_of(piece)
         if key not in self._pieces:
             self._pieces[key] = dict(piece)
             self._order.append(key)
@@ -87,6 +88,22 @@ class FieldBuilder:
         entry = self._pieces[key]
         for name, value in piece.items():
             self._merge_field(key, entry, name, value)
+
+    def _detail_of(self, piece: dict[str, Any]) -> Any:
+        """The detail a piece belongs to: its index and its type. Two details may share an
+        index (OpenRouter relaying Grok streams `reasoning.summary` pieces at index 0, then a
+        `reasoning.encrypted` one also at index 0; Vercel's AI Gateway relaying Gemini 3 does
+        the same with `reasoning.text`): the upstream issued two, and wants two back. A piece
+        without a type continues the newest detail at its index."""
+        index = piece.get("index")
+        if not isinstance(index, int | str) or isinstance(index, bool):
+            return ("unindexed", len(self._order))  # no usable index: a piece of its own
+        kind = piece.get("type")
+        if not isinstance(kind, str):
+            return self._newest.get(index, (index, None))
+        key = (index, kind)
+        self._newest[index] = key
+        return key
 
     def _merge_field(self, key: Any, entry: dict[str, Any], name: str, value: Any) -> None:
         """Text fields grow (their pieces kept aside until joined); others are replaced."""

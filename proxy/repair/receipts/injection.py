@@ -152,21 +152,22 @@ def inject(
     ("restored"): OpenAI's SDK stream accumulator concatenates every string field of
     `reasoning_details` pieces (`format` comes back as `unknownunknown…`, a summary and an
     encrypted block merge), and the upstream then rejects or degrades the follow-up. An
-    unaltered value, and a turn the proxy never saw, are left alone. Returns both counts, by
-    kind."""
+    unaltered value, and a turn the proxy never saw, are left alone. Each kind is judged on its
+    own: the AI SDK sends the reasoning it kept back as `reasoning_content`, and OpenRouter still
+    needs the `reasoning_details` it dropped. Returns both counts, by kind."""
     injected: dict[str, int] = {}
     restored: dict[str, int] = {}
     for target, rules, key in _targets(messages, profile):
         receipt = found.get(key)
         if not isinstance(receipt, dict):
             continue
-        lacking = _lacks(target, rules)
+        lacking = {rule.kind for rule in rules if _lacks(target, _siblings(rule, rules))}
         for rule in rules:
             issued = get_path(receipt, rule.path)
             if issued is None:
                 continue
             sent = get_path(target, rule.path)
-            if lacking and sent in (None, "", []):
+            if rule.kind in lacking and sent in (None, "", []):
                 counts = injected
             elif sent not in (None, "", []) and sent != issued:
                 counts = restored
@@ -247,7 +248,13 @@ def _current_turn_start(messages: list[Any]) -> int:
     return 0
 
 
+def _siblings(rule: ReceiptRule, rules: tuple[ReceiptRule, ...]) -> tuple[ReceiptRule, ...]:
+    """The places one receipt may sit: the rules of its kind (Google's signature under
+    `extra_content.google` or, as Vertex reports it, `extra_content.vertex`)."""
+    return tuple(other for other in rules if other.kind == rule.kind)
+
+
 def _lacks(target: dict[str, Any], rules: tuple[ReceiptRule, ...]) -> bool:
-    """Carries none of its receipts (a client that kept one kept the one that matters). An
-    empty value is no receipt: clients that drop reasoning often leave `""` or `[]` behind."""
+    """Carries none of these receipts (a client that kept a signature in one namespace kept
+    it). An empty value is no receipt: clients that drop reasoning often leave `""` or `[]`."""
     return all(get_path(target, rule.path) in (None, "", []) for rule in rules)

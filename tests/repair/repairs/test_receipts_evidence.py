@@ -170,6 +170,126 @@ def test_a_placeholder_the_client_sent_gives_way_to_the_real_signature() -> None
     assert exchange.repairs["signatures_restored"] == 1
 
 
+# ── each receipt on its own (issue 26) ───────────────────────────────────────
+
+
+def test_a_kept_reasoning_content_does_not_stand_in_for_the_dropped_details() -> None:
+    # The AI SDK sends the reasoning it kept back as `reasoning_content` and never
+    # `reasoning_details`. Before: a message carrying one receipt field counted as carrying
+    # all, the details stayed out, and OpenRouter answered 400.
+    h = Harness(GENERIC)
+    h.stream(details_stream("k1", ISSUED))
+    messages, exchange = h.request(history(plain("k1"), reasoning_content="what I kept"))
+    assert messages[1]["reasoning_details"] == ISSUED
+    assert messages[1]["reasoning_content"] == "what I kept"  # the client's, as it sent it
+    assert exchange.repairs["reasoning_details_injected"] == 1
+    assert exchange.repairs["reasoning_content_restored"] == 0
+
+
+def test_each_issued_field_is_judged_on_its_own() -> None:
+    # Both issued: the dropped one is put back, the altered one goes back as issued.
+    h = Harness(GENERIC)
+    h.stream([*deepseek_stream(["R"], call("k2"))[:-1], *details_stream("k2", ISSUED)[:1]])
+    messages, exchange = h.request(history(plain("k2"), reasoning_content="edited"))
+    assert messages[1]["reasoning_content"] == "R"
+    assert messages[1]["reasoning_details"] == ISSUED
+    assert exchange.repairs["reasoning_content_restored"] == 1
+    assert exchange.repairs["reasoning_details_injected"] == 1
+
+
+def test_a_signature_kept_in_the_other_namespace_is_not_doubled() -> None:
+    # Google's and Vertex's places for one signature are one receipt: a client that kept it
+    # in either kept it.
+    h = Harness(GENERIC)
+    h.stream(signed_stream("n1", "google", "SIG"))
+    sent = {**plain("n1"), "extra_content": {"vertex": {"thought_signature": "SIG"}}}
+    messages, exchange = h.request(history(sent))
+    assert messages[1]["tool_calls"][0]["extra_content"] == {"vertex": {"thought_signature": "SIG"}}
+    assert exchange.repairs["signatures_injected"] == 0
+
+
+@pytest.mark.parametrize("profile", ["generic", "gemini"])
+def test_a_tool_turns_message_signature_is_kept_and_returned(profile: str) -> None:
+    # Google's endpoint has signed a tool turn on the message, not on its call. Before: no rule
+    # took it, and the evidence profile stripped the client's own copy as foreign.
+    h = Harness(PROFILES[profile])
+    signed = {"google": {"thought": True, "thought_signature": "MSG-SIG"}}
+    message = {"role": "assistant", "extra_content": signed, "tool_calls": [plain("g7")]}
+    exchange = h.respond({"choices": [{"index": 0, "message": message, "finish_reason": "stop"}]})
+    assert exchange.repairs["signatures_captured"] == 1
+    dropped, exchange = h.request(history(plain("g7")))
+    assert dropped[1]["extra_content"] == {"google": {"thought_signature": "MSG-SIG"}}
+    assert exchange.repairs["signatures_injected"] == 1
+    kept, exchange = h.request(history(plain("g7"), extra_content=signed))
+    assert kept[1]["extra_content"] == signed
+    assert exchange.repairs["foreign_metadata_removed"] == 0
+
+
+# Grok behind OpenRouter: summary pieces at index 0, then one encrypted detail, also index 0.
+# Gemini 3 behind Vercel's AI Gateway does the same with reasoning.text.
+SAME_INDEX = [
+    {"type": "reasoning.summary", "summary": "Plan: read it.", "format": "xai-v1", "index": 0},
+    {"type": "reasoning.encrypted", "data": "ENC==", "format": "xai-v1", "index": 0},
+]
+
+
+def same_index_stream(call_id: str) -> list[dict]:
+    pieces = [
+        {"type": "reasoning.summary", "summary": "Plan: ", "format": "xai-v1", "index": 0},
+        {"type": "reasoning.summary", "summary": "read it.", "format": "xai-v1", "index": 0},
+        SAME_INDEX[1],
+    ]
+    return [
+        *(delta_chunk({"role": "assistant", "reasoning_details": [p]}) for p in pieces),
+        delta_chunk({"tool_calls": [call(call_id)]}),
+        delta_chunk({}, "tool_calls"),
+    ]
+
+
+@pytest.mark.parametrize("profile", ["generic", "openrouter"])
+def test_two_details_sharing_an_index_stay_two(profile: str) -> None:
+    # Before: the encrypted detail was merged into the summary (one detail, `type` replaced),
+    # and that one went upstream in place of the two issued.
+    h = Harness(PROFILES[profile])
+    h.stream(same_index_stream("s1"))
+    messages, _ = h.request(history(plain("s1")))
+    assert messages[1]["reasoning_details"] == SAME_INDEX
+    # A client that kept the two as issued is left alone, not "restored" to one.
+    messages, exchange = h.request(history(plain("s1"), reasoning_details=SAME_INDEX))
+    assert messages[1]["reasoning_details"] == SAME_INDEX
+    assert exchange.repairs["reasoning_details_restored"] == 0
+
+
+def test_two_details_sharing_an_index_in_a_non_streamed_answer_stay_two() -> None:
+    h = Harness(GENERIC)
+    message = {
+        "role": "assistant",
+        "content": "",
+        "reasoning_details": SAME_INDEX,
+        "tool_calls": [plain("s2")],
+    }
+    h.respond({"choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}]})
+    messages, _ = h.request(history(plain("s2")))
+    assert messages[1]["reasoning_details"] == SAME_INDEX
+
+
+def test_a_piece_without_a_type_continues_the_detail_at_its_index() -> None:
+    h = Harness(GENERIC)
+    pieces = [
+        {"type": "reasoning.text", "text": "a", "index": 0},
+        {"text": "b", "index": 0},
+        {"type": "reasoning.encrypted", "data": "E", "index": 0},
+        {"data": "F", "index": 0},
+    ]
+    chunks = [delta_chunk({"reasoning_details": [p]}) for p in pieces]
+    h.stream([*chunks, delta_chunk({"tool_calls": [call("s3")]}), delta_chunk({}, "tool_calls")])
+    messages, _ = h.request(history(plain("s3")))
+    assert messages[1]["reasoning_details"] == [
+        {"type": "reasoning.text", "text": "ab", "index": 0},
+        {"type": "reasoning.encrypted", "data": "EF", "index": 0},
+    ]
+
+
 # ── watching every stream costs no copy of its text ──────────────────────────
 
 PIECES = st.lists(st.text(alphabet=" \t\nabé\u3000x", max_size=4), max_size=8)
