@@ -31,6 +31,40 @@ def added(lat: dict, kind: str, measure: str, name: str) -> tuple[float, float] 
         return None
 
 
+def memory_rows(
+    memory: dict[str, Any], growth: dict[str, Any], names: list[str]
+) -> list[list[str]]:
+    """Idle and held RSS, the cost per open stream, and growth: a row each."""
+    rows: list[list[str]] = []
+    streams = max((m.get("opened", 0) for m in memory.values()), default=0)
+    for label, key in (("  idle, MiB", "idle"), (f"  {streams} open streams, MiB", "held")):
+        row = [label]
+        for name in names:
+            m = memory.get(name)
+            row.append(f"{m[key + '_rss'] / MiB:.1f}" if m else "-")
+        rows.append(row)
+    row = ["  per open stream, KiB"]
+    for name in names:
+        m = memory.get(name)
+        row.append(
+            f"{(m['held_rss'] - m['idle_rss']) / max(m['opened'], 1) / 1024:.1f}"
+            + ("" if m["opened"] == streams else f" ({m['opened']} open)")
+            if m
+            else "-"
+        )
+    rows.append(row)
+    row = ["  growth over N sequential exchanges, MiB (N)"]
+    for name in names:
+        g = growth.get(name)
+        if g:
+            first, last = g["rss"][0][1], g["rss"][-1][1]
+            row.append(f"{(last - first) / MiB:+.1f} ({g['exchanges']:,})")
+        else:
+            row.append("-")
+    rows.append(row)
+    return rows
+
+
 def build_table(results: dict[str, Any], names: list[str]) -> tuple[list[list[str]], list[str]]:
     blank = [""] * len(names)
     rows: list[list[str]] = []
@@ -88,32 +122,7 @@ def build_table(results: dict[str, Any], names: list[str]) -> tuple[list[list[st
     growth = results.get("growth", {})
     if memory or growth:
         rows.append(["server memory (RSS of the process tree)", *blank])
-    streams = max((m.get("opened", 0) for m in memory.values()), default=0)
-    for label, key in (("  idle, MiB", "idle"), (f"  {streams} open streams, MiB", "held")):
-        row = [label]
-        for name in names:
-            m = memory.get(name)
-            row.append(f"{m[key + '_rss'] / MiB:.1f}" if m else "-")
-        rows.append(row)
-    row = ["  per open stream, KiB"]
-    for name in names:
-        m = memory.get(name)
-        row.append(
-            f"{(m['held_rss'] - m['idle_rss']) / max(m['opened'], 1) / 1024:.1f}"
-            + ("" if m["opened"] == streams else f" ({m['opened']} open)")
-            if m
-            else "-"
-        )
-    rows.append(row)
-    row = ["  growth over N sequential exchanges, MiB (N)"]
-    for name in names:
-        g = growth.get(name)
-        if g:
-            first, last = g["rss"][0][1], g["rss"][-1][1]
-            row.append(f"{(last - first) / MiB:+.1f} ({g['exchanges']:,})")
-        else:
-            row.append("-")
-    rows.append(row)
+        rows += memory_rows(memory, growth, names)
     rows.append(["correctness", *blank])
     checks = results.get("correctness", [])
     if checks:
