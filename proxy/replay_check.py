@@ -10,7 +10,8 @@ from pathlib import Path
 import httpx
 
 from proxy.repair.conformance import violations
-from proxy.server.app import ChainFactory, create_app, default_chain
+from proxy.server.app import CHAT_PATH, ChainFactory, create_app, default_chain
+from proxy.server.delivery_mode import Mode, delivery_mode
 from proxy.settings.schema import Settings
 from proxy.upstream.cassettes import Cassette
 from proxy.upstream.recording import ReplayTransport
@@ -91,16 +92,24 @@ async def check_cassette(path: Path, settings: Settings) -> CassetteResult:
         result.diff = list(
             difflib.unified_diff(recorded, today, "recorded", "today", lineterm="", n=1)
         )
-    if _is_stream(cassette, response):
+    if delivery_of(cassette, response) is Mode.SSE:
         result.violations = violations(output, settings.tool_calls.emit)
     return result
 
 
-def _is_stream(cassette: Cassette, response: httpx.Response) -> bool:
+def delivery_of(cassette: Cassette, response: httpx.Response) -> Mode:
+    """How the proxy delivered a replayed cassette's answer, by the app's own decision: from
+    the status and type the client got and the encoding the upstream recorded (a repaired body
+    reaches the client decoded). Only a chat completion is ever repaired."""
+    if cassette.method != "POST" or cassette.path.encode() != CHAT_PATH:
+        return Mode.RELAY
     body = cassette.body_json
-    streamed = isinstance(body, dict) and bool(body.get("stream"))
-    is_sse = response.headers.get("content-type", "").startswith("text/event-stream")
-    return streamed and response.status_code == 200 and is_sse
+    return delivery_mode(
+        response.status_code,
+        isinstance(body, dict) and bool(body.get("stream")),
+        response.headers.get("content-type", ""),
+        cassette.response_headers.get("content-encoding", ""),
+    ).mode
 
 
 async def check_directory(

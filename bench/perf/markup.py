@@ -172,19 +172,20 @@ def recogniser_in_process(rounds: int = 25, streams: int = 80) -> dict[str, Any]
     from proxy.repair.pipeline import RepairChain
     from proxy.repair.receipts.store import MemoryStore
     from proxy.repair.repairs import default_repairs
+    from proxy.repair.rules import RouteRules
+    from proxy.settings.chain import chain_options
     from proxy.settings.schema import Settings
 
-    settings = Settings()
+    options = chain_options(Settings())
     raws = [event[len(b"data: ") :].strip() for event in text_events(MARKUP_MODEL, EVENTS)]
     request = {"model": MARKUP_MODEL, "messages": [{"role": "user", "content": "hi"}]}
     request["tools"] = TOOLS
     store = MemoryStore(max_entries=100, ttl_seconds=60)
 
     def one_stream(on: bool) -> int:
-        exchange = Exchange(
-            request_id="bench", request=dict(request), markup=MarkupRules(tool_calls=on)
-        )
-        chain = RepairChain(default_repairs(settings, exchange, store))
+        rules = RouteRules(markup=MarkupRules(text_tool_calls=on))
+        exchange = Exchange(request_id="bench", request=dict(request), rules=rules)
+        chain = RepairChain(default_repairs(options, exchange, store))
         out = 0
         for raw in raws:
             out += len(chain.on_chunk(orjson.loads(raw), raw))

@@ -160,7 +160,7 @@ async def _try_suggestions(
     """The checks a suggested key is for, sent once more through a proxy configured with it,
     so the report says whether the suggestion works rather than hoping it does."""
     table = suggested(options.upstream, options.model, rows)["upstream"]
-    keys = {check: key for check, _, key, _ in HELPFUL_KEYS if key in table}
+    keys = {check: key for check, key, _ in HELPFUL_KEYS if key in table}
     if not keys:
         return
     settings = _settings(options).with_values(

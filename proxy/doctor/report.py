@@ -4,22 +4,23 @@ upstream, as text a person reads at a glance or as JSON."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from proxy.doctor.examine import Problem
 from proxy.repair.profiles import PROFILES, profile_from_base_url
+from proxy.repair.rules import RouteRuleKeys, resolve
 from proxy.settings.toml_text import dumps
 
 FINE, FIXED, NOT_FIXABLE = "fine", "fixed", "not_fixable"
 
-# Keys that help when a check's request was refused direct: (check, the profile's field that
-# already covers it, settings key, value). Read as data so a check added is one line here.
-HELPFUL_KEYS: tuple[tuple[str, str, str, str], ...] = (
-    ("schema_keywords", "schema_dialect", "schema_dialect", "gemini"),
-    ("dotted_tool_name", "tool_name_rule", "tool_names", "openai"),
-    ("developer_role", "messages.developer_role", "developer_role", "system"),
-    ("two_system_messages", "messages.system_messages", "system_messages", "merged"),
+# Keys that help when a check's request was refused direct: (check, route key, value). Read as
+# data so a check added is one line here.
+HELPFUL_KEYS: tuple[tuple[str, str, str], ...] = (
+    ("schema_keywords", "schema_dialect", "gemini"),
+    ("dotted_tool_name", "tool_names", "openai"),
+    ("developer_role", "developer_role", "system"),
+    ("two_system_messages", "system_messages", "merged"),
 )
 
 
@@ -81,11 +82,12 @@ def parse_repairs(summary: str) -> dict[str, int]:
     return counts
 
 
-def _profile_value(profile: str, dotted: str) -> Any:
-    value: Any = PROFILES[profile]
-    for part in dotted.split("."):
-        value = getattr(value, part)
-    return value
+def _changes_rules(profile: str, key: str, value: str) -> bool:
+    """Whether setting `key` to `value` changes the rules the profile already gives a route."""
+    default = RouteRuleKeys()
+    change: dict[str, Any] = {key: value}
+    with_key = replace(default, **change)
+    return resolve(with_key, PROFILES[profile]) != resolve(default, PROFILES[profile])
 
 
 def suggested(
@@ -101,14 +103,14 @@ def suggested(
     if api_key_env:
         table["api_key_env"] = api_key_env
     by_name = {row.name: row for row in rows}
-    for check, field_name, key, value in HELPFUL_KEYS:
+    for check, key, value in HELPFUL_KEYS:
         row = by_name.get(check)
         refused = row is not None and any(p.text.startswith("rejected") for p in row.direct)
         if not refused or row is None or not _failing(row.after):
             continue
         # A key tried and still refused is not suggested: the row says what it got instead.
         failed = row.with_config is not None and bool(_failing(row.with_config[1]))
-        if not failed and _profile_value(profile, field_name) != value:
+        if not failed and _changes_rules(profile, key, value):
             table[key] = value
     return {"routes": [table]} if route else {"upstream": table}
 

@@ -11,10 +11,11 @@ import httpx
 
 from proxy.explain.attribution import AttributingChain, BodyChange, Label, Step
 from proxy.repair.exchange import Exchange
-from proxy.repair.pipeline import RepairChain, _as_chunk, _is_done, _is_upstream_error
+from proxy.repair.pipeline import RepairChain, as_chunk, is_done, is_upstream_error
 from proxy.repair.receipts.store import ReceiptStore
-from proxy.repair.repairs import default_repairs
-from proxy.replay_check import replayed, settings_for
+from proxy.repair.repairs import ChainOptions, default_repairs
+from proxy.replay_check import delivery_of, replayed, settings_for
+from proxy.server.delivery_mode import Mode
 from proxy.settings.schema import Settings
 from proxy.upstream.body_decoding import decoder_for
 from proxy.upstream.cassettes import Cassette
@@ -79,9 +80,9 @@ async def explain(path: Path, settings: Settings) -> Explanation:
     cassette = load(path)
     chains: list[AttributingChain] = []
 
-    def attributing(settings: Settings, exchange: Exchange, store: ReceiptStore) -> RepairChain:
+    def attributing(options: ChainOptions, exchange: Exchange, store: ReceiptStore) -> RepairChain:
         chain = AttributingChain(
-            default_repairs(settings, exchange, store), exchange, strict=settings.repairs.strict
+            default_repairs(options, exchange, store), exchange, strict=options.strict
         )
         chains.append(chain)
         return chain
@@ -105,15 +106,13 @@ async def explain(path: Path, settings: Settings) -> Explanation:
 
 
 def _mode(cassette: Cassette, response: httpx.Response, chain: AttributingChain | None) -> str:
-    """How the proxy answered, by the same tests it makes (`Proxy.chat_completions`)."""
-    if chain is not None and chain.response is not None:
-        return "json"
-    body = cassette.body_json
-    streamed = isinstance(body, dict) and bool(body.get("stream"))
-    is_sse = response.headers.get("content-type", "").startswith("text/event-stream")
-    decodable = decoder_for(cassette.response_headers.get("content-encoding", "")) is not None
-    repaired = chain is not None and streamed and is_sse and decodable
-    return "stream" if repaired and response.status_code < 400 else "relayed"
+    """How the proxy answered: the app's own decision (server/delivery_mode.py)."""
+    if chain is None:  # refused, or a path no repair reads
+        return Mode.RELAY.value
+    mode = delivery_of(cassette, response)
+    if mode is Mode.JSON and chain.response is None:
+        return Mode.RELAY.value  # not a JSON object: passed on as received
+    return mode.value
 
 
 def _upstream_events(cassette: Cassette) -> list[tuple[SSEEvent, Label | None]]:
@@ -164,11 +163,11 @@ def _rows(
             step = from_upstream[position]
             position += 1
             rows.append(Row(event.raw, step.client, labels + step.labels))
-        elif _is_upstream_error(event, _as_chunk(event)):
+        elif is_upstream_error(event, as_chunk(event)):
             errored = True
             ends = Label("pipeline", {"upstream_error_event": 1}, "relayed; repairs end here")
             rows.append(Row(event.raw, [event.raw], [*labels, ends]))
-        elif _is_done(event):
+        elif is_done(event):
             if done is None:
                 done = Row(event.raw, [], labels)
             else:

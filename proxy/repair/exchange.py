@@ -1,29 +1,19 @@
-"""What one request/response exchange knows about itself, shared by its repairs."""
+"""What one request/response exchange knows about itself, shared by its repairs.
+
+What only the server keeps (the client's method and path, timings, the span, the debug flag,
+the recorder's copy) is its record (proxy/server/record.py), not the repairs'."""
 
 from __future__ import annotations
 
 import logging
-import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-from proxy.repair.markup.rules import MarkupRules
-from proxy.repair.profiles import PROFILES, MessageRules, ProviderProfile
+from proxy.repair.rules import RouteRules
 from proxy.repair.tenancy import ReceiptScope
 
 logger = logging.getLogger(__name__)
-
-
-class ClientCopy(Protocol):
-    """A copy of what the client is sent, kept by someone outside the repairs (a recording
-    transport's cassette writer): delivery hands it every byte, then saves it once."""
-
-    def sent(self, data: bytes) -> None: ...
-
-    async def save(self) -> None:
-        """The exchange is over, however it ended. Whatever it needs to keep is taken before
-        its first await, so a cancellation landing there loses nothing."""
 
 
 @dataclass(slots=True)
@@ -31,34 +21,13 @@ class Exchange:
     request_id: str
     request: dict[str, Any] = field(default_factory=dict)
     """The chat-completion request body as forwarded upstream."""
-    route: str = "default"
-    method: str = "POST"
-    path: str = "/v1/chat/completions"
-    """The client's method and (normalised) path, so a log line tells a chat from `/v1/models`."""
-    profile: ProviderProfile = PROFILES["generic"]
-    """What the upstream of this request needs, decided once, before the stream starts."""
-    schema_dialect: str = ""
-    """The JSON Schema dialect this upstream takes tool parameters in ("": as sent)."""
-    messages: MessageRules = field(default_factory=MessageRules)
-    """The message shapes this upstream takes: the route's rules, by default the profile's."""
-    tool_name_rule: str = ""
-    """The rule this upstream's tool names must follow ("": as sent)."""
-    learned_parameters: frozenset[str] = frozenset()
-    """Request parameters this upstream answered 400/422 for before (upstream/parameter_fallback
-    .py remembers them): ParameterRepair drops them up front."""
-    markup: MarkupRules = field(default_factory=MarkupRules)
-    """What the route lets the markup repairs do with text that is really calls or reasoning."""
+    rules: RouteRules = field(default_factory=RouteRules)
+    """What the route's upstream needs and allows, resolved once per route and profile
+    (`UpstreamRoute.rules`), with what its upstream refused before (upstream/refusals.py)."""
     scope: ReceiptScope = field(default_factory=lambda: ReceiptScope(None, "none"))
     """No tenant unless the request showed a credential: no receipts kept or given."""
-    started: float = field(default_factory=time.monotonic)
     repairs: Counter[str] = field(default_factory=Counter)
     """Repairs applied and anomalies seen, by kind; summed into metrics and the log line."""
-    client_copy: ClientCopy | None = None
-    """Set by a recording transport when the request goes upstream; delivery fills it."""
-    debug: bool = False
-    """The client asked (`x-streamfix-debug: 1`) for the stream's repairs in an SSE comment."""
-    trace: Any = None
-    """The exchange's OpenTelemetry span while it runs, when tracing is on (server/tracing.py)."""
 
     def count(self, kind: str, amount: int = 1) -> None:
         if amount:

@@ -131,7 +131,7 @@ class RepairChain:
         logger.exception("repair %s failed; passing data unrepaired", type(repair).__name__)
 
 
-def _as_chunk(event: SSEEvent) -> Chunk | None:
+def as_chunk(event: SSEEvent) -> Chunk | None:
     """The JSON object an event carries, or None when the event must pass through as bytes."""
     if event.data is None or event.event not in (None, "message"):
         return None
@@ -145,11 +145,11 @@ def _as_chunk(event: SSEEvent) -> Chunk | None:
     return chunk if isinstance(chunk, dict) else None
 
 
-def _is_done(event: SSEEvent) -> bool:
+def is_done(event: SSEEvent) -> bool:
     return event.data is not None and event.data.strip() == "[DONE]"
 
 
-def _is_upstream_error(event: SSEEvent, chunk: Chunk | None) -> bool:
+def is_upstream_error(event: SSEEvent, chunk: Chunk | None) -> bool:
     """An error the upstream reports inside its stream. The OpenAI SDK raises `APIError` on
     any data whose `error` is set, whatever the event name; the AI SDK ends with an error."""
     if chunk is not None:
@@ -187,8 +187,8 @@ async def repaired_stream(
             if errored:
                 out.append(event.raw)  # after its own error, the upstream's bytes as received
                 continue
-            chunk = _as_chunk(event)
-            if _is_upstream_error(event, chunk):
+            chunk = as_chunk(event)
+            if is_upstream_error(event, chunk):
                 errored = True
                 count("upstream_error_event", 1)
                 out.append(event.raw)
@@ -198,7 +198,7 @@ async def repaired_stream(
                     out.append(items[0][1])  # the common case: untouched, as received
                 else:
                     out.append(emit(items))
-            elif not _is_done(event):  # [DONE] goes out once, after the closing chunks
+            elif not is_done(event):  # [DONE] goes out once, after the closing chunks
                 out.append(event.raw)
             else:
                 done_seen = True

@@ -116,7 +116,7 @@ class ProviderProfile:
     `proxy.repair.dialects.schemas.DIALECTS`); "" sends them as the client wrote them."""
     messages: MessageRules = MessageRules()
     """The message shapes it accepts (roles, contents, call ids); by default all of OpenAI's."""
-    tool_name_rule: str = ""
+    tool_names: str = ""
     """The rule its tool names must follow (a key of `proxy.repair.calls.tool_names.
     TOOL_NAME_RULES`); names it rejects are renamed, and renamed back in the answer. "" sends
     them as the client wrote them."""
@@ -186,12 +186,10 @@ PROFILES: dict[str, ProviderProfile] = {
         "gemini",
         **_GOOGLE,
         schema_dialect="gemini",
-        tool_name_rule="gemini",
+        tool_names="gemini",
         parameters=_GEMINI_PARAMETERS,
     ),
-    "vertex": ProviderProfile(
-        "vertex", **_GOOGLE, schema_dialect="gemini", tool_name_rule="gemini"
-    ),
+    "vertex": ProviderProfile("vertex", **_GOOGLE, schema_dialect="gemini", tool_names="gemini"),
     # DeepSeek's thinking-mode guide: a tool-calling turn's reasoning_content must come back
     # in every later request (400 otherwise); other turns' reasoning is ignored.
     "deepseek": ProviderProfile(
@@ -203,7 +201,7 @@ PROFILES: dict[str, ProviderProfile] = {
         # "unknown role: developer" (422, pi#7603).
         messages=MessageRules(developer_role="system"),
         # Its 400 quotes OpenAI's pattern, `^[a-zA-Z0-9_-]+$` (the length bound is OpenAI's).
-        tool_name_rule="openai",
+        tool_names="openai",
     ),
     # Mistral's API takes the roles system, user, assistant and tool; call ids of exactly nine
     # alphanumerics (magentic#276, langchain#24668); content or tool_calls, "not both"
@@ -227,7 +225,7 @@ PROFILES: dict[str, ProviderProfile] = {
         foreign_metadata=_NOT_GOOGLE,
     ),
     # `^[a-zA-Z0-9_-]{1,64}$` for every function name, declared or in the history.
-    "openai": ProviderProfile("openai", foreign_metadata=_NOT_GOOGLE, tool_name_rule="openai"),
+    "openai": ProviderProfile("openai", foreign_metadata=_NOT_GOOGLE, tool_names="openai"),
     # Upstreams whose receipts are whatever they send: vLLM and Kimi serve thinking models that
     # need their reasoning_content back; "generic", the evidence profile, is every other one.
     "vllm": ProviderProfile("vllm", **_EVIDENCE),

@@ -7,6 +7,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
+from typing import Any
 
 import httpx
 from starlette.applications import Starlette
@@ -18,27 +19,30 @@ from starlette.routing import Route
 from proxy.repair.exchange import Exchange
 from proxy.repair.pipeline import RepairChain
 from proxy.repair.receipts.store import ReceiptStore, open_store
-from proxy.repair.repairs import default_repairs
+from proxy.repair.repairs import ChainOptions, default_repairs
 from proxy.repair.tenancy import ReceiptScope, tenant_of
 from proxy.server.asgi import StreamfixApp, http_error, internal_error
 from proxy.server.auth import is_allowed
 from proxy.server.body_limits import BodyBudget
 from proxy.server.chat_request import model_of, parse_chat_request, read_body
 from proxy.server.delivery import relay, repaired_json, repaired_sse, repairs_header
+from proxy.server.delivery_mode import Mode, delivery_mode
 from proxy.server.errors import ClientError, error_response
-from proxy.server.logs import log_exchange, quiet_client_loggers
+from proxy.server.logs import log_exchange, log_learned, quiet_client_loggers
 from proxy.server.metrics import CONTENT_TYPE, Metrics
 from proxy.server.paths import UnsafePath, checked_relative
+from proxy.server.record import ExchangeRecord
 from proxy.server.startup import startup_line
 from proxy.server.tracing import Tracing
+from proxy.settings.chain import chain_options
 from proxy.settings.schema import ConfigError, Settings
 from proxy.settings.values import parse_keys
 from proxy.upstream.body_decoding import decoder_for
-from proxy.upstream.context import UPSTREAM, UpstreamContext
+from proxy.upstream.context import UPSTREAM, UpstreamContext, client_copy_of
 from proxy.upstream.failures import describe_failure, upstream_origin
 from proxy.upstream.headers import RawHeaders, request_headers, response_headers
 from proxy.upstream.http1 import RETRIED
-from proxy.upstream.parameter_fallback import learned, open_memory, read_rejection, resent
+from proxy.upstream.refusals import NOTHING, Recalled, open_learning
 from proxy.upstream.routes import Router, UpstreamRoute, upstream_url, without_credential_parameters
 from proxy.upstream.transports import upstream_transport
 from proxy.wire import json_codec
@@ -48,12 +52,12 @@ CHAT_PATH = b"chat/completions"
 
 logger = logging.getLogger(__name__)
 
-ChainFactory = Callable[[Settings, Exchange, ReceiptStore], RepairChain]
+ChainFactory = Callable[[ChainOptions, Exchange, ReceiptStore], RepairChain]
 """Builds one exchange's repair chain; `streamfix explain` passes one that attributes."""
 
 
-def default_chain(settings: Settings, exchange: Exchange, store: ReceiptStore) -> RepairChain:
-    return RepairChain(default_repairs(settings, exchange, store), strict=settings.repairs.strict)
+def default_chain(options: ChainOptions, exchange: Exchange, store: ReceiptStore) -> RepairChain:
+    return RepairChain(default_repairs(options, exchange, store), strict=options.strict)
 
 
 class Proxy:
@@ -68,6 +72,7 @@ class Proxy:
     ) -> None:
         environ = os.environ if environ is None else environ
         self.chain_factory = chain_factory
+        self.chain_options = chain_options(settings)
         quiet_client_loggers()
         self.settings = settings
         self.router = Router(settings, environ)
@@ -82,7 +87,8 @@ class Proxy:
         self.transport = transport or upstream_transport(settings, environ)
         self.started = False
         self.store: ReceiptStore = open_store(settings.receipts)
-        self.parameters = open_memory(settings)  # parameters upstreams rejected (400/422)
+        # What upstreams refused before generating (400/422), and the one resend that follows.
+        self.refusals = open_learning(settings)
         self.metrics = Metrics()
         self.body_budget = BodyBudget()  # one app per process: every connection's bodies
         # None unless OTEL_* asks for traces: each hook below is then one attribute test.
@@ -104,7 +110,7 @@ class Proxy:
             self.started = False
             await self.transport.aclose()
             await self.store.aclose()
-            await self.parameters.aclose()
+            await self.refusals.aclose()
             if self.tracing:
                 self.tracing.shutdown()
 
@@ -136,48 +142,56 @@ class Proxy:
         renamed = bool(route.upstream.model) and body.get("model") != route.upstream.model
         if renamed:
             body["model"] = route.upstream.model
-        exchange = self._exchange(request, request_id, body, route)
+        started = time.monotonic()  # the recall below is part of the exchange's time
         learning = route.upstream.learn_rejected_parameters
-        if learning:
-            exchange.learned_parameters = await self.parameters.recall(route.identity, body)
-        chain = self.chain_factory(self.settings, exchange, self.store)
+        recalled = await self.refusals.recall(route.identity, body) if learning else NOTHING
+        record = self._record(request, request_id, body, route, recalled, started)
+        exchange = record.exchange
+        chain = self.chain_factory(self.chain_options, exchange, self.store)
         changed = await chain.on_request(body) or renamed
         content = json_codec.dumps(body) if changed else raw
-        upstream = await self._send(request, route, CHAT_PATH, content, exchange)
-        if learning and not isinstance(upstream, Response):
-            upstream = await self._without_rejected(route, body, upstream, exchange)
+        upstream = await self._send(request, route, CHAT_PATH, content, record, resend=body)
         if isinstance(upstream, Response):
-            return self._failed(exchange, upstream)
+            return self._failed(record, upstream)
         status = upstream.status_code
-        is_sse = upstream.headers.get("content-type", "").startswith("text/event-stream")
-        decoder = decoder_for(upstream.headers.get("content-encoding", ""))
-        if status >= 400 or (body.get("stream") and not is_sse) or decoder is None:
-            if decoder is None and status < 400:
+        headers = upstream.headers
+        delivery = delivery_mode(
+            status,
+            bool(body.get("stream")),
+            headers.get("content-type", ""),
+            headers.get("content-encoding", ""),
+        )
+        if delivery.mode is Mode.RELAY:
+            if delivery.unrepaired_encoding is not None:
                 exchange.note(
                     "unrepaired_encoding",
                     "relayed unrepaired: the proxy does not decode Content-Encoding %r",
-                    upstream.headers.get("content-encoding"),
+                    delivery.unrepaired_encoding,
                 )
-            headers = self._client_headers(upstream, request_id, decoded=False)
-            return relay(upstream, exchange, headers, lambda: self._finished(exchange, status))
-        headers = self._client_headers(upstream, request_id, decoded=True)
-        if body.get("stream"):
+            client_headers = self._client_headers(upstream, request_id, decoded=False)
+            return relay(upstream, record, client_headers, lambda: self._finished(record, status))
+        decoder = decoder_for(headers.get("content-encoding", ""))
+        assert decoder is not None  # delivery_mode relays what has none
+        client_headers = self._client_headers(upstream, request_id, decoded=True)
+        if delivery.mode is Mode.SSE:
             self.metrics.active_streams.inc()
 
             def stream_closed() -> None:
                 self.metrics.active_streams.dec()
-                self._finished(exchange, status)
+                self._finished(record, status)
 
             limit = self.settings.server.max_event_bytes
-            return repaired_sse(upstream, chain, exchange, headers, limit, decoder, stream_closed)
+            return repaired_sse(
+                upstream, chain, record, client_headers, limit, decoder, stream_closed
+            )
         return await repaired_json(
             upstream,
             chain,
-            exchange,
-            headers,
+            record,
+            client_headers,
             decoder,
             self.settings.server.max_response_bytes,
-            lambda: self._finished(exchange, status),
+            lambda: self._finished(record, status),
         )
 
     async def passthrough(self, request: Request) -> Response:
@@ -187,18 +201,18 @@ class Proxy:
             return raw
         model = model_of(raw)
         route = self.router.route_for(model)
-        exchange = _plain_exchange(request, request_id, route.name, model)
+        record = _plain_record(request, request_id, route.name, model)
         try:
             path = checked_relative(_after_first_segment(request.scope))
         except UnsafePath as exc:
             error = ClientError(400, str(exc), "invalid_path")
             return self._refused(error, request, request_id, model)
-        upstream = await self._send(request, route, path, raw, exchange)
+        upstream = await self._send(request, route, path, raw, record)
         if isinstance(upstream, Response):
-            return self._failed(exchange, upstream)
+            return self._failed(record, upstream)
         headers = self._client_headers(upstream, request_id, decoded=False)
         status = upstream.status_code
-        return relay(upstream, exchange, headers, lambda: self._finished(exchange, status))
+        return relay(upstream, record, headers, lambda: self._finished(record, status))
 
     async def _admitted_body(self, request: Request, request_id: str) -> bytes | Response:
         """The body of a request the proxy's keys and limits admit; else the refusal."""
@@ -213,13 +227,13 @@ class Proxy:
     ) -> Response:
         """A request refused before anything went upstream: logged and counted like the rest,
         with its model when the body named one."""
-        return self._failed(_plain_exchange(request, request_id, "-", model), error.response())
+        return self._failed(_plain_record(request, request_id, "-", model), error.response())
 
-    def _failed(self, exchange: Exchange, response: Response) -> Response:
+    def _failed(self, record: ExchangeRecord, response: Response) -> Response:
         """The proxy's own error response for an exchange: booked, and headed like the rest."""
-        self._finished(exchange, response.status_code)
-        response.headers["x-request-id"] = exchange.request_id
-        response.raw_headers.append(repairs_header(exchange))
+        self._finished(record, response.status_code)
+        response.headers["x-request-id"] = record.request_id
+        response.raw_headers.append(repairs_header(record.exchange))
         return response
 
     def _authorize(self, request: Request) -> None:
@@ -231,25 +245,32 @@ class Proxy:
                 "authentication_error",
             )
 
-    def _exchange(
-        self, request: Request, request_id: str, body: dict, route: UpstreamRoute
-    ) -> Exchange:
+    def _record(
+        self,
+        request: Request,
+        request_id: str,
+        body: dict[str, Any],
+        route: UpstreamRoute,
+        recalled: Recalled,
+        started: float,
+    ) -> ExchangeRecord:
+        """A chat exchange: the repairs' view (with what this upstream refused before among
+        its rules) inside the server's record."""
         # Every credential form the proxy forwards names the tenant, `?key=` included.
         query = request.scope.get("query_string", b"")
         tenant = tenant_of(request.headers, self.settings.receipts.tenant_header, query=query)
-        profile = route.profile(body.get("model"))
-        return Exchange(
+        exchange = Exchange(
             request_id=request_id,
             request=body,
+            rules=recalled.applied(route.rules(body.get("model"))),
+            scope=ReceiptScope(tenant, route.identity),
+        )
+        return ExchangeRecord(
+            exchange,
             route=route.name,
             method=request.method,
             path=request.url.path,
-            profile=profile,
-            schema_dialect=route.schema_dialect(profile),
-            messages=route.message_rules(profile),
-            tool_name_rule=route.tool_name_rule(profile),
-            markup=route.markup(),
-            scope=ReceiptScope(tenant, route.identity),
+            started=started,
             debug=request.headers.get("x-streamfix-debug") == "1",
         )
 
@@ -259,19 +280,24 @@ class Proxy:
         route: UpstreamRoute,
         path: bytes,
         content: bytes,
-        exchange: Exchange,
+        record: ExchangeRecord,
+        resend: dict[str, Any] | None = None,
     ) -> httpx.Response | Response:
+        """Send the request upstream, and take back what the transport handed back with the
+        answer (a recorder's copy). With `resend` (the forwarded chat body) and a route that
+        learns, a refusal the upstream answers before generating is sent once more without
+        what it refused (upstream/refusals.py), which the exchange counts and logs."""
         drop_credential = bool(self.proxy_keys)
         headers = request_headers(
             request.scope["headers"],
-            exchange.request_id,
+            record.request_id,
             credential=route.upstream_key,
             drop_credential=drop_credential,
         )
         if self.tracing:
             kind = "chat" if path == CHAT_PATH else "passthrough"
             headers = self.tracing.start(
-                exchange, kind, request.method, request.scope["headers"], headers
+                record, kind, request.method, request.scope["headers"], headers
             )
         query = request.scope.get("query_string", b"")
         if route.upstream_key or drop_credential:
@@ -283,67 +309,63 @@ class Proxy:
             content=content,
             extensions={
                 "timeout": route.timeout.as_dict(),
-                UPSTREAM: UpstreamContext(route.upstream.base_url, exchange.profile.name, exchange),
+                UPSTREAM: UpstreamContext(
+                    route.upstream.base_url, record.exchange.rules.profile.name
+                ),
             },
         )
-        return await self._dispatch(route, outgoing, exchange)
 
-    async def _without_rejected(
-        self, route: UpstreamRoute, body: dict, upstream: httpx.Response, exchange: Exchange
-    ) -> httpx.Response | Response:
-        """The one exception to sending once: a 400/422 naming top-level parameters the
-        request sent (upstream/parameter_fallback.py) was refused before anything was
-        generated, so the same request (the repairs' output) minus them goes once more, and
-        they are remembered for this upstream and model. Whatever that answers goes to the
-        client; any other answer is returned as it came."""
-        upstream, names = await read_rejection(upstream, body)
-        if not names:
-            return upstream
-        await upstream.aclose()
-        model = body.get("model")
-        for name in names:
-            del body[name]
-        self.parameters.remember(route.identity, model, names, upstream.status_code)
-        learned(exchange, route.name, upstream.status_code, names, self.parameters.ttl_seconds)
-        return await self._dispatch(
-            route, resent(upstream.request, json_codec.dumps(body)), exchange
-        )
+        async def dispatch(outgoing: httpx.Request) -> httpx.Response | Response:
+            return await self._dispatch(route, outgoing, record)
+
+        if resend is None or not route.upstream.learn_rejected_parameters:
+            upstream = await dispatch(outgoing)
+        else:
+            upstream, learned = await self.refusals.send(dispatch, route.identity, resend, outgoing)
+            if learned is not None:
+                record.exchange.count(learned.kind, len(learned.keys))
+                log_learned(logger, record, learned)
+        if isinstance(upstream, httpx.Response):
+            record.client_copy = client_copy_of(upstream)
+        return upstream
 
     async def _dispatch(
-        self, route: UpstreamRoute, outgoing: httpx.Request, exchange: Exchange
+        self, route: UpstreamRoute, outgoing: httpx.Request, record: ExchangeRecord
     ) -> httpx.Response | Response:
         if logger.isEnabledFor(logging.DEBUG):
             # Method, host and path only: the query and the URL's userinfo may carry a key.
             url = outgoing.url
             where = f"{url.scheme}://{upstream_origin(url)}{url.path}"
-            logger.debug("[%s] upstream %s %s", exchange.request_id, outgoing.method, where)
+            logger.debug("[%s] upstream %s %s", record.request_id, outgoing.method, where)
         started = time.monotonic()
         try:
-            response = await self._send_upstream(outgoing, exchange)
+            response = await self._send_upstream(outgoing, record)
             response.request = outgoing
         except httpx.HTTPError as exc:
             # Host and port of the route's upstream, never its path or query (they may hold a key)
             status, message, code = describe_failure(exc, upstream_origin(outgoing.url))
             logger.warning(
                 "[%s] route %s: upstream failed after %.2fs: %s: %s",
-                exchange.request_id,
+                record.request_id,
                 route.name,
                 time.monotonic() - started,
                 type(exc).__name__,
                 message,
             )
             failure = error_response(status, message, "upstream_error", code)
-            failure.headers["x-request-id"] = exchange.request_id
+            failure.headers["x-request-id"] = record.request_id
             return failure
         ttfb = time.monotonic() - started
         self.metrics.time_to_first_byte.labels(route.name).observe(ttfb)
         if self.tracing:
-            self.tracing.first_byte(exchange, ttfb)
+            self.tracing.first_byte(record, ttfb)
         return response
 
-    async def _send_upstream(self, outgoing: httpx.Request, exchange: Exchange) -> httpx.Response:
+    async def _send_upstream(
+        self, outgoing: httpx.Request, record: ExchangeRecord
+    ) -> httpx.Response:
         """The request goes upstream once: the app never sends it again by itself (but for a
-        parameter the upstream refused by name, `_without_rejected`). Only the
+        refusal named in a 400/422, once, by upstream/refusals.py). Only the
         transport knows whether its connection was reused and whether anything came back, so
         it decides when a second send provably does no harm (Http1Transport) and says so in the
         response; httpx's transport never sends twice once a request is written."""
@@ -351,11 +373,11 @@ class Proxy:
             response = await self.transport.handle_async_request(outgoing)
         except httpx.RemoteProtocolError as exc:
             # What the upstream did, in the transport's words (no request header or URL in them).
-            logger.warning("[%s] upstream broke the exchange: %.300s", exchange.request_id, exc)
+            logger.warning("[%s] upstream broke the exchange: %.300s", record.request_id, exc)
             raise
         retried = response.extensions.get(RETRIED)
         if retried:
-            exchange.note("upstream_retried", "%s", retried)
+            record.note("upstream_retried", "%s", retried)
         return response
 
     @staticmethod
@@ -364,24 +386,21 @@ class Proxy:
         headers.append((b"x-request-id", request_id.encode("latin-1")))
         return headers
 
-    def _finished(self, exchange: Exchange, status: int) -> None:
+    def _finished(self, record: ExchangeRecord, status: int) -> None:
         """One log line per exchange, and its counts into the metrics."""
-        duration = time.monotonic() - exchange.started
-        self.metrics.record(exchange.route, status, duration, exchange.repairs)
+        duration = time.monotonic() - record.started
+        self.metrics.record(record.route, status, duration, record.exchange.repairs)
         if self.tracing:
-            self.tracing.finished(exchange, status)
-        log_exchange(logger, exchange, status, duration)
+            self.tracing.finished(record, status)
+        log_exchange(logger, record, status, duration)
 
 
-def _plain_exchange(request: Request, request_id: str, route: str, model: object) -> Exchange:
+def _plain_record(request: Request, request_id: str, route: str, model: object) -> ExchangeRecord:
     """An exchange no repair runs on (a passthrough, a refusal): what its line and span name."""
-    return Exchange(
-        request_id=request_id,
-        request={"model": model} if model is not None else {},
-        route=route,
-        method=request.method,
-        path=request.url.path,
+    exchange = Exchange(
+        request_id=request_id, request={"model": model} if model is not None else {}
     )
+    return ExchangeRecord(exchange, route=route, method=request.method, path=request.url.path)
 
 
 def _after_first_segment(scope: dict) -> bytes:

@@ -10,6 +10,7 @@ from starlette.responses import Response
 from proxy.repair.exchange import Exchange
 from proxy.repair.pipeline import RepairChain, repaired_stream
 from proxy.server.errors import error_event, error_response
+from proxy.server.record import ExchangeRecord
 from proxy.server.streamed_response import StreamedResponse
 from proxy.upstream.body_decoding import Decoder, decoded, read_limited
 from proxy.upstream.failures import describe_failure, upstream_origin
@@ -39,26 +40,28 @@ def repairs_comment(exchange: Exchange) -> bytes:
 
 
 def relay(
-    upstream: httpx.Response, exchange: Exchange, headers: RawHeaders, on_close: OnClose
+    upstream: httpx.Response, record: ExchangeRecord, headers: RawHeaders, on_close: OnClose
 ) -> Response:
     """Errors, non-SSE bodies and other paths: the upstream's bytes as they come, undecoded
     (their `Content-Encoding` travels with them)."""
     return StreamedResponse(
-        _Closing(upstream, raw_body(upstream), exchange, on_close),
+        _Closing(upstream, raw_body(upstream), record, on_close),
         status_code=upstream.status_code,
-        headers=[*headers, repairs_header(exchange)],
+        headers=[*headers, repairs_header(record.exchange)],
     )
 
 
 def repaired_sse(
     upstream: httpx.Response,
     chain: RepairChain,
-    exchange: Exchange,
+    record: ExchangeRecord,
     headers: RawHeaders,
     max_event_bytes: int,
     decoder: Decoder,
     on_close: OnClose,
 ) -> Response:
+    exchange = record.exchange
+
     def abort(exc: Exception) -> bytes:
         # No finish reason and no [DONE]: a truncated answer must not look complete.
         exchange.note("stream_aborted", "upstream stream failed: %s", type(exc).__name__)
@@ -74,11 +77,11 @@ def repaired_sse(
         (httpx.HTTPError, LimitExceeded),
         abort,
         exchange.count,
-        (lambda: repairs_comment(exchange)) if exchange.debug else bytes,
+        (lambda: repairs_comment(exchange)) if record.debug else bytes,
     )
     kept = [f for f in headers if f[0].lower() not in _SSE_NAMES]
     return StreamedResponse(
-        _Closing(upstream, stream, exchange, on_close),
+        _Closing(upstream, stream, record, on_close),
         status_code=upstream.status_code,
         headers=[*kept, *SSE_HEADERS, repairs_header(exchange)],
         media_type="text/event-stream",
@@ -88,7 +91,7 @@ def repaired_sse(
 async def repaired_json(
     upstream: httpx.Response,
     chain: RepairChain,
-    exchange: Exchange,
+    record: ExchangeRecord,
     headers: RawHeaders,
     decoder: Decoder,
     max_bytes: int,
@@ -112,12 +115,12 @@ async def repaired_json(
     if isinstance(body, dict) and await chain.on_response(body):
         raw = json_codec.dumps(body)
     on_close()  # a sync background task would cost a thread hand-off per request
-    if exchange.client_copy is not None:
+    if record.client_copy is not None:
         # After the bookkeeping: a cancellation may land in the save's wait for the disk.
-        exchange.client_copy.sent(raw)
-        await exchange.client_copy.save()
+        record.client_copy.sent(raw)
+        await record.client_copy.save()
     response = Response(raw, status_code=upstream.status_code)
-    response.raw_headers.extend([*headers, repairs_header(exchange)])
+    response.raw_headers.extend([*headers, repairs_header(record.exchange)])
     return response
 
 
@@ -137,20 +140,20 @@ class _Closing:
     """The body the client gets, which closes the upstream response and books the exchange
     exactly once, however the stream ends: run out, failed, cancelled, or closed before its
     first byte (a shutdown landing while the response head was still being written), which an
-    async generator's `finally` would never see. The exchange's client copy, if it has one
+    async generator's `finally` would never see. The record's client copy, if it has one
     (a recording), gets every part the client was sent and is saved at the end."""
 
     def __init__(
         self,
         upstream: httpx.Response,
         body: AsyncIterator[bytes],
-        exchange: Exchange,
+        record: ExchangeRecord,
         on_close: OnClose,
     ) -> None:
         self._upstream = upstream
         self._body = body
         self._on_close = on_close
-        self._copy = exchange.client_copy
+        self._copy = record.client_copy
         self._closed = False
 
     def __aiter__(self) -> _Closing:

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 if TYPE_CHECKING:
-    from proxy.repair.exchange import Exchange
+    from proxy.server.record import ExchangeRecord
+    from proxy.upstream.refusals import Learned
 
 # Fields an exchange log line carries in `extra={"exchange": {...}}`.
 EXCHANGE = "exchange"
@@ -98,18 +99,21 @@ def configure_logging(level: str = "info", fmt: str = "text") -> None:
     root.setLevel(level.upper())
 
 
-def log_exchange(logger: logging.Logger, exchange: Exchange, status: int, duration: float) -> None:
+def log_exchange(
+    logger: logging.Logger, record: ExchangeRecord, status: int, duration: float
+) -> None:
     """The one line an exchange gets when it is over: readable as text, and its fields whole in
     `extra` for the JSON format. Written under the caller's logger, so its name says where."""
     if not logger.isEnabledFor(logging.INFO):
         return
+    exchange = record.exchange
     fields = {
         "request_id": exchange.request_id,
-        "method": exchange.method,
-        "path": exchange.path,
-        "route": exchange.route,
+        "method": record.method,
+        "path": record.path,
+        "route": record.route,
         "model": exchange.request.get("model"),
-        "profile": exchange.profile.name,
+        "profile": exchange.rules.profile.name,
         "status": status,
         "duration_s": round(duration, 4),
         "repairs": dict(exchange.repairs),
@@ -117,12 +121,25 @@ def log_exchange(logger: logging.Logger, exchange: Exchange, status: int, durati
     logger.info(
         "[%s] %s %s route=%s model=%s status=%d duration=%.3fs repairs=%s",
         exchange.request_id,
-        exchange.method,
-        exchange.path,
-        exchange.route,
+        record.method,
+        record.path,
+        record.route,
         fields["model"],
         status,
         duration,
         exchange.summary() if exchange.repairs else "-",
         extra={EXCHANGE: fields},
+    )
+
+
+def log_learned(logger: logging.Logger, record: ExchangeRecord, learned: Learned) -> None:
+    """The line a refusal learned gets: once, with the request id, at warning level."""
+    logger.warning(
+        "[%s] %s: route %s upstream answered %d " + learned.rule.done + " for %.0fs",
+        record.request_id,
+        learned.kind,
+        record.route,
+        learned.status,
+        ", ".join(learned.keys),
+        learned.ttl_seconds,
     )

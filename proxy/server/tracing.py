@@ -22,7 +22,7 @@ from proxy.upstream.headers import RawHeaders
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, TracerProvider
 
-    from proxy.repair.exchange import Exchange
+    from proxy.server.record import ExchangeRecord
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ class Tracing:
 
     def start(
         self,
-        exchange: Exchange,
+        record: ExchangeRecord,
         kind: str,
         method: str,
         incoming: Iterable[tuple[bytes, bytes]],
@@ -101,39 +101,39 @@ class Tracing:
             _SPAN_NAMES.get(kind, f"streamfix {kind}"),
             context=parent,
             kind=self._trace.SpanKind.SERVER,
-            start_time=_wall_ns(exchange.started),
-            attributes=_request_attributes(exchange, method),
+            start_time=_wall_ns(record.started),
+            attributes=_request_attributes(record, method),
         )
-        exchange.trace = span
+        record.trace = span
         carrier: dict[str, str] = {}
         self._propagator.inject(carrier, context=self._trace.set_span_in_context(span))
         kept = [(name, value) for name, value in outgoing if name not in TRACE_HEADERS]
         return [*kept, *((k.encode(), v.encode()) for k, v in carrier.items())]
 
-    def first_byte(self, exchange: Exchange, seconds: float) -> None:
-        span: Span | None = exchange.trace
+    def first_byte(self, record: ExchangeRecord, seconds: float) -> None:
+        span: Span | None = record.trace
         if span is not None:
             span.set_attribute("streamfix.upstream.ttfb_s", seconds)
 
-    def finished(self, exchange: Exchange, status: int) -> None:
+    def finished(self, record: ExchangeRecord, status: int) -> None:
         """Close the exchange's span (called once, from the proxy's `_finished`). A request
         refused before it was routed has no span yet: it gets one from its start to now."""
-        span: Span | None = exchange.trace
+        span: Span | None = record.trace
         if span is None:
             span = self._tracer.start_span(
                 "streamfix refused",
                 kind=self._trace.SpanKind.SERVER,
-                start_time=_wall_ns(exchange.started),
-                attributes=_request_attributes(exchange, None),
+                start_time=_wall_ns(record.started),
+                attributes=_request_attributes(record, None),
             )
-        exchange.trace = None  # a second call, if one ever came, must not end it twice
+        record.trace = None  # a second call, if one ever came, must not end it twice
         if not span.is_recording():
             span.end()
             return
         span.set_attribute("http.response.status_code", status)
-        span.set_attribute("streamfix.duration_s", time.monotonic() - exchange.started)
+        span.set_attribute("streamfix.duration_s", time.monotonic() - record.started)
         total = 0
-        for kind, count in sorted(exchange.repairs.items()):
+        for kind, count in sorted(record.exchange.repairs.items()):
             # Attributes are what trace backends filter on; the events mark each kind.
             span.set_attribute(f"streamfix.repairs.{kind}", count)
             span.add_event(kind, {"count": count})
@@ -186,11 +186,12 @@ def _exporter(environ: Mapping[str, str]) -> Any:
     return next(iter(found)).load()()
 
 
-def _request_attributes(exchange: Exchange, method: str | None) -> dict[str, Any]:
+def _request_attributes(record: ExchangeRecord, method: str | None) -> dict[str, Any]:
+    exchange = record.exchange
     attributes: dict[str, Any] = {
-        "streamfix.route": exchange.route,
+        "streamfix.route": record.route,
         "streamfix.request_id": exchange.request_id,
-        "streamfix.profile": exchange.profile.name,
+        "streamfix.profile": exchange.rules.profile.name,
     }
     model = exchange.request.get("model")
     if isinstance(model, str):
@@ -211,6 +212,6 @@ def _header_map(headers: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
 
 
 def _wall_ns(started: float) -> int:
-    """A monotonic start (`Exchange.started`) as the epoch nanoseconds a span starts at, so
+    """A monotonic start (`ExchangeRecord.started`) as the epoch nanoseconds a span starts at, so
     the span's duration is the one the log line and the metrics give."""
     return time.time_ns() - int((time.monotonic() - started) * 1e9)

@@ -14,17 +14,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from proxy.repair.calls.tool_names import TOOL_NAME_RULES
-from proxy.repair.dialects.schemas import DIALECTS
-from proxy.repair.markup.rules import REASONING_FIELDS
-from proxy.repair.profiles import (
-    ASSISTANT_TOOL_CONTENTS,
-    DEVELOPER_ROLES,
-    PROFILES,
-    SYSTEM_MESSAGES,
-    TOOL_CALL_IDS,
-    TOOL_CONTENTS,
-)
+from proxy.repair.profiles import PROFILES
+from proxy.repair.receipts.store import MAX_VALUE_BYTES
+from proxy.repair.rules import RouteRuleKeys
 from proxy.settings.values import (
     ConfigError,
     field_names,
@@ -107,14 +99,15 @@ class ServerSettings:
             raise ConfigError(f"port: must be between 1 and 65535, got {self.port}")
 
 
-SCHEMA_DIALECT_NAMES = ("auto", "none", *DIALECTS)
-TOOL_NAME_RULE_NAMES = ("auto", "none", *TOOL_NAME_RULES)
 PROFILE_NAMES = ("auto", *PROFILES)
 """Every profile a route may name: "auto" (detect it), or one of proxy/repair/profiles.py."""
 
 
 @dataclass(frozen=True, slots=True)
-class UpstreamSettings:
+class UpstreamSettings(RouteRuleKeys):
+    """An upstream, and its route's rules: the keys of `RouteRuleKeys` (text_tool_calls,
+    schema_dialect, tool_names, ...) are this table's too, declared beside the repairs."""
+
     base_url: str = GEMINI_OPENAI_BASE_URL
     connect_timeout: float = 10.0
     read_timeout: float = 600.0
@@ -124,57 +117,10 @@ class UpstreamSettings:
     """Name of an environment variable holding this upstream's own key (never the key)."""
     model: str = ""
     """Model name sent upstream instead of the client's, when set."""
-    text_tool_calls: bool = True
-    """Turn tool-call markup the upstream wrote as content into real tool calls (only for
-    declared tools, with arguments that validate; proxy/repair/markup/)."""
-    text_reasoning: bool = True
-    """Move `<think>…</think>` at the start of content, and harmony's analysis channel written
-    as text, into the reasoning field."""
-    reasoning_field: str = "reasoning_content"
-    """Where that reasoning goes: "reasoning_content", "reasoning" or "both"."""
-    think_opened_by_template: bool = False
-    """The chat template opens `<think>` itself: content starts as reasoning until `</think>`."""
-    schema_dialect: str = "auto"
-    """The JSON Schema dialect tool parameters are rewritten into: "auto" (the profile's:
-    gemini and vertex "gemini", kimi "moonshot", others none), "none", "gemini", "moonshot"."""
-    # The message rules (proxy/repair/messages/); "auto" is the profile's `MessageRules`.
-    developer_role: str = "auto"
-    """"keep", or "system": `developer` messages go up as `system` (auto: deepseek, mistral)."""
-    system_messages: str = "auto"
-    """"as_sent", or "merged": all system messages go up as one leading message, for chat
-    templates that want it (Qwen 3.5+ on vLLM: "System message must be at the beginning")."""
-    assistant_tool_content: str = "auto"
-    """Content beside an assistant's `tool_calls`: "as_sent", "null" ("" becomes null; auto:
-    mistral) or "empty" (null or missing becomes "", for LM Studio)."""
-    tool_content: str = "auto"
-    """"as_sent", or "string": tool results given as text parts go up as a string (auto: kimi)."""
-    tool_call_ids: str = "auto"
-    """"as_sent", or "nine_alnum": call ids that are not nine alphanumerics are mapped to ones
-    that are, the same way on every turn (auto: mistral)."""
-    tool_names: str = "auto"
-    """The rule tool names must follow upstream; names it rejects (`files.read`, `mcp/x/read`,
-    a leading digit, over 64 characters) are renamed, and renamed back in the answer: "auto"
-    (the profile's: gemini and vertex "gemini", openai and deepseek "openai", others none),
-    "none", "openai" (`[a-zA-Z0-9_-]{1,64}`), "gemini" (`[a-zA-Z_][a-zA-Z0-9_.:-]{0,63}`)."""
-    learn_rejected_parameters: bool = True
-    """When the upstream answers 400/422 naming a top-level parameter the request sent (not
-    model, messages, tools, tool_choice or stream), send the request once more without it, and
-    drop it up front for this upstream and model for `[parameters] ttl_seconds`."""
 
     def __post_init__(self) -> None:
         one_of("profile", self.profile, PROFILE_NAMES)
-        one_of("reasoning_field", self.reasoning_field, REASONING_FIELDS)
-        one_of("schema_dialect", self.schema_dialect, SCHEMA_DIALECT_NAMES)
-        one_of("developer_role", self.developer_role, ("auto", *DEVELOPER_ROLES))
-        one_of("system_messages", self.system_messages, ("auto", *SYSTEM_MESSAGES))
-        one_of(
-            "assistant_tool_content",
-            self.assistant_tool_content,
-            ("auto", *ASSISTANT_TOOL_CONTENTS),
-        )
-        one_of("tool_content", self.tool_content, ("auto", *TOOL_CONTENTS))
-        one_of("tool_call_ids", self.tool_call_ids, ("auto", *TOOL_CALL_IDS))
-        one_of("tool_names", self.tool_names, TOOL_NAME_RULE_NAMES)
+        RouteRuleKeys.__post_init__(self)
         if not is_http_url(self.base_url):
             raise ConfigError(
                 f"base_url: must be an http:// or https:// URL, got {self.base_url!r}"
@@ -211,7 +157,7 @@ class ReceiptSettings:
     """A header that subdivides a credential's tenant (hash of credential and header value); it
     never replaces the credential, and must be set by a trusted hop. Empty: the credential's
     hash alone."""
-    max_value_bytes: int = 1_048_576
+    max_value_bytes: int = MAX_VALUE_BYTES
     """Receipts larger than this are not stored, so no upstream can grow the store without bound
     (reasoning texts are large: DeepSeek's can run to hundreds of kilobytes)."""
     max_total_bytes: int = 268_435_456

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-
-class ConfigError(ValueError):
-    """The configuration names a key that does not exist or gives it an unusable value."""
+# Declared beneath the settings, where the route rules check their own keys; re-exported here.
+from proxy.repair.config_values import ConfigError as ConfigError
+from proxy.repair.config_values import one_of as one_of
 
 
 def is_http_url(url: str) -> bool:
@@ -25,12 +25,6 @@ def is_http_url(url: str) -> bool:
         return parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
     except ValueError:  # e.g. an unbalanced IPv6 bracket, or a port that is not a number
         return False
-
-
-def one_of(key: str, value: str, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        choices = ", ".join(f'"{a}"' for a in allowed)
-        raise ConfigError(f"{key}: must be one of {choices}, got {value!r}")
 
 
 def read_toml(path: Path) -> dict[str, Any]:

@@ -65,6 +65,11 @@ class _Zlib:
 DECODED_ENCODINGS = ("identity", "gzip", "x-gzip", "deflate")
 
 
+def decodes(content_encoding: str) -> bool:
+    """Whether `decoder_for` has a decoder for this `Content-Encoding`."""
+    return content_encoding.strip().lower() in ("", *DECODED_ENCODINGS)
+
+
 def decoder_for(content_encoding: str) -> Decoder | None:
     """A decoder for this `Content-Encoding`, or None when the proxy does not decode it (br,
     zstd, a stack of several)."""

@@ -1,7 +1,7 @@
 """Writing cassettes to the record directory without blocking the event loop.
 
-Each recorded exchange gets a `CassetteWriter` (its `Exchange.client_copy`), which collects what
-the client was sent and, when the exchange is over, hands the finished cassette to the
+Each recorded exchange gets a `CassetteWriter` (on its response, `CLIENT_COPY`), which collects
+what the client was sent and, when the exchange is over, hands the finished cassette to the
 directory's `CassetteShelf`. The shelf's one worker thread numbers and writes cassettes in the
 order they were handed over, so the loop never waits for the disk and numbers stay unique and
 ordered; the lifespan's close waits until the shelf is empty.
@@ -107,8 +107,8 @@ class CassetteShelf:
 
 
 class CassetteWriter:
-    """One exchange's `ClientCopy`: what the client was sent, and the cassette handed to the
-    shelf when the exchange is over."""
+    """One exchange's `ClientCopy` (upstream/context.py): what the client was sent, and the
+    cassette handed to the shelf when the exchange is over."""
 
     def __init__(self, cassette: Cassette, shelf: CassetteShelf) -> None:
         self.cassette = cassette

@@ -1,17 +1,18 @@
-"""What the app tells the transports about a request beyond its URL, in the request's
-extensions: routing data a transport cannot read from the URL, and the exchange the request
-belongs to."""
+"""What the app and the transports tell each other beyond a request's URL and a response's
+status: the app's routing data on the request, and a recorder's copy on the response."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import httpx
 
-from proxy.repair.exchange import Exchange
-
 UPSTREAM = "streamfix.upstream"
 """Request extension holding an `UpstreamContext`."""
+CLIENT_COPY = "streamfix.client_copy"
+"""Response extension holding a `ClientCopy`: set by a recording transport, read by the server,
+which hands it what the client is sent."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,11 +21,24 @@ class UpstreamContext:
     """The route's base URL: what request paths are relative to in a cassette."""
     profile: str
     """The provider profile that applies, noted in a cassette."""
-    exchange: Exchange | None = None
-    """The exchange this request belongs to: where a recording transport leaves its copy of
-    what the client is sent (`Exchange.client_copy`), for delivery to fill and save."""
+
+
+class ClientCopy(Protocol):
+    """A copy of what the client is sent, kept by someone below the server (a recording
+    transport's cassette writer): delivery hands it every byte, then saves it once."""
+
+    def sent(self, data: bytes) -> None: ...
+
+    async def save(self) -> None:
+        """The exchange is over, however it ended. Whatever it needs to keep is taken before
+        its first await, so a cancellation landing there loses nothing."""
 
 
 def context_of(request: httpx.Request) -> UpstreamContext | None:
     """The app's context for `request`; None for a request the app did not build (tests)."""
     return request.extensions.get(UPSTREAM)
+
+
+def client_copy_of(response: httpx.Response) -> ClientCopy | None:
+    """The copy a recording transport asked to be kept of what the client is sent, if any."""
+    return response.extensions.get(CLIENT_COPY)

@@ -1,42 +1,47 @@
-"""A request parameter the upstream rejected, dropped once, and remembered for that upstream.
+"""The first refusal rule (proxy/upstream/refusals.py): a request parameter the upstream
+rejected, dropped for the one resend, and remembered for that upstream and model.
 
 OpenAI-compatible upstreams refuse a whole request over one top-level parameter they do not
 take, before generating anything (so nothing is billed), with a 400 or a 422 whose body names
 it. The profiles' tables (proxy/repair/profiles.py) hold what is known; this is for the rest:
 when the error names a parameter the request carries, and that is not what the request is
 (`PROTECTED`), the request goes once more without it, and the (upstream, model, parameter)
-is kept in the receipts' store with a TTL, so later requests go without it at once
-(ParameterRepair drops it, from `Exchange.learned_parameters`). Nothing else is retried: any
-other status, an error that names nothing the request has, or a second rejection reach the
-client as they came.
+is remembered, so later requests go without it at once: what was learned joins the profile's
+`parameters` table as one more drop, which ParameterRepair applies like the others. Nothing
+else is retried: any other status, an error that names nothing the request has, or a second
+rejection reach the client as they came.
 """
 
 from __future__ import annotations
 
-import hashlib
-import logging
 import re
-import zlib
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import httpx
 
-from proxy.repair.exchange import Exchange
-from proxy.repair.receipts.store import MemoryStore, ReceiptStore, RedisStore
+from proxy.repair.profiles import ParameterRule
 from proxy.repair.repairs.parameters import PROTECTED
-from proxy.settings.schema import Settings
-from proxy.upstream.body_decoding import decoder_for
+from proxy.repair.rules import RouteRules
+from proxy.upstream.refusal_memory import RefusalMemory
+from proxy.upstream.refusal_reading import MAX_ERROR_BYTES, read_refusal
 
-logger = logging.getLogger(__name__)
+__all__ = [
+    "LEARNED_KIND",
+    "MAX_ERROR_BYTES",
+    "PARAMETERS",
+    "REJECTED_STATUSES",
+    "ParameterMemory",
+    "RejectedParameters",
+    "named_parameters",
+    "read_rejection",
+    "rejected_parameters",
+]
 
-REJECTED_STATUSES = (400, 422)
+REJECTED_STATUSES = frozenset({400, 422})
 """Validation errors, answered before generation. Never 429 or 5xx: those may have run."""
-MAX_ERROR_BYTES = 64 * 1024
-"""The most of an error body read to look for a name; a longer one is relayed unread."""
 LEARNED_KIND = "parameter_learned"
-KEY_PREFIX = "streamfix:parameters:"
-"""The Redis namespace, apart from the receipts'."""
 
 _NAME = r"([A-Za-z_][A-Za-z0-9_]*)"
 # How upstreams name the parameter they refuse, each from a real error body (backslashes are
@@ -85,7 +90,7 @@ def named_parameters(error: str) -> set[str]:
     return names
 
 
-def rejected_parameters(error: str, request: dict[str, Any]) -> list[str]:
+def rejected_parameters(error: str, request: Mapping[str, Any]) -> list[str]:
     """The top-level parameters to drop for one more try, or [] for none: the error must name
     at least one the request sent, and none of what the request is (dropping `messages` or
     `tools` would answer another question)."""
@@ -95,148 +100,49 @@ def rejected_parameters(error: str, request: dict[str, Any]) -> list[str]:
     return sorted(named)
 
 
-class ParameterMemory:
-    """Rejected parameters per upstream and model, in a receipt store's shape (one entry each,
-    with the store's TTL): Redis shares them between replicas, the memory store is bounded."""
+class RejectedParameters:
+    """The parameters rule: the `RefusalRule` whose memory keys are top-level parameter names."""
 
-    def __init__(self, store: ReceiptStore, ttl_seconds: float) -> None:
-        self.store = store
-        self.ttl_seconds = ttl_seconds
+    kind = LEARNED_KIND
+    statuses = REJECTED_STATUSES
+    done = "naming %s; sent once more without it, and dropped up front for this upstream and model"
 
-    @staticmethod
-    def key(identity: str, model: object, name: str) -> str:
-        # The model name is the client's text: hashed, so no key grows with it.
-        digest = hashlib.sha256(str(model).encode()).hexdigest()[:16]
-        return f"{identity}:{digest}:{name}"
+    def detect(self, error: str, request: Mapping[str, Any]) -> tuple[str, ...]:
+        return tuple(rejected_parameters(error, request))
 
-    async def recall(self, identity: str, body: dict[str, Any]) -> frozenset[str]:
+    def apply(self, body: dict[str, Any], keys: Iterable[str]) -> None:
+        for name in keys:
+            body.pop(name, None)
+
+    def candidates(self, request: Mapping[str, Any]) -> list[str]:
+        return [name for name in request if name not in PROTECTED]
+
+    def adjust(self, rules: RouteRules, keys: frozenset[str]) -> RouteRules:
+        """Each learned parameter as one more drop at the end of the profile's table: the table
+        renames or drops first, and whatever learned name is still there goes."""
+        learned = tuple(ParameterRule(name) for name in sorted(keys))
+        profile = rules.profile
+        return replace(rules, profile=replace(profile, parameters=(*profile.parameters, *learned)))
+
+
+PARAMETERS = RejectedParameters()
+
+
+class ParameterMemory(RefusalMemory):
+    """The memory as the parameters rule reads it: by the names a request carries."""
+
+    async def recall(self, identity: str, body: Mapping[str, Any]) -> frozenset[str]:
         """What of this request's parameters its upstream rejected before."""
-        names = [name for name in body if name not in PROTECTED]
-        if not names:
-            return frozenset()
-        model = body.get("model")
-        keys = {self.key(identity, model, name): name for name in names}
-        found = await self.store.get_many(list(keys))
-        return frozenset(keys[key] for key in found)
-
-    def remember(self, identity: str, model: object, names: Iterable[str], status: int) -> None:
-        self.store.put_later(
-            {self.key(identity, model, name): {"status": status} for name in names}
-        )
-
-    async def aclose(self) -> None:
-        await self.store.aclose()
-
-
-def open_memory(settings: Settings) -> ParameterMemory:
-    """In the receipts' store (`[receipts] store`), under its own keys and bounds."""
-    bounds = settings.parameters
-    if settings.receipts.store == "memory":
-        store: ReceiptStore = MemoryStore(bounds.max_entries, bounds.ttl_seconds)
-    else:
-        store = RedisStore(settings.receipts.store, bounds.ttl_seconds, prefix=KEY_PREFIX)
-    return ParameterMemory(store, bounds.ttl_seconds)
+        names = PARAMETERS.candidates(body)
+        return frozenset(await self.recall_keys(identity, body.get("model"), names))
 
 
 async def read_rejection(
-    upstream: httpx.Response, request: dict[str, Any]
+    upstream: httpx.Response, request: Mapping[str, Any]
 ) -> tuple[httpx.Response, list[str]]:
     """The parameters a 400/422 `upstream` names, and a response that still gives the client
-    every byte of it (the part read here, then the rest) should it go out after all."""
+    every byte of it should it go out after all."""
     if upstream.status_code not in REJECTED_STATUSES:
         return upstream, []
-    decoder = decoder_for(upstream.headers.get("content-encoding", ""))
-    if upstream.is_stream_consumed:  # built from bytes in-process: already whole
-        raw, rest, replay = [upstream.content], None, upstream
-    else:
-        raw, rest = [], upstream.aiter_raw()
-        size = 0
-        async for piece in rest:
-            raw.append(piece)
-            size += len(piece)
-            if size > MAX_ERROR_BYTES:
-                break
-        else:
-            rest = None
-        replay = _replayed(upstream, raw, rest)
-        if size > MAX_ERROR_BYTES:
-            return replay, []
-    if decoder is None:
-        return replay, []
-    text = b"".join(_decoded(raw, decoder))[: MAX_ERROR_BYTES * 4]
-    return replay, rejected_parameters(text.decode("utf-8", "replace"), request)
-
-
-def learned(exchange: Exchange, route: str, status: int, names: list[str], ttl: float) -> None:
-    """Count and log a rejection learned: once, with the request id, at warning level."""
-    exchange.count(LEARNED_KIND, len(names))
-    logger.warning(
-        "[%s] %s: route %s upstream answered %d naming %s; sent once more without it, and "
-        "dropped up front for this upstream and model for %.0fs",
-        exchange.request_id,
-        LEARNED_KIND,
-        route,
-        status,
-        ", ".join(names),
-        ttl,
-    )
-
-
-def resent(outgoing: httpx.Request, content: bytes) -> httpx.Request:
-    """`outgoing` again, same URL, headers and extensions, with another body."""
-    headers = [(k, v) for k, v in outgoing.headers.raw if k.lower() != b"content-length"]
-    return httpx.Request(
-        outgoing.method,
-        outgoing.url,
-        headers=headers,
-        content=content,
-        extensions=outgoing.extensions,
-    )
-
-
-def _decoded(raw: list[bytes], decoder: Any) -> list[bytes]:
-    out: list[bytes] = []
-    size = 0
-    try:
-        for piece in raw:
-            for part in decoder.decode(piece):
-                out.append(part)
-                size += len(part)
-                if size > MAX_ERROR_BYTES * 4:
-                    return out
-        out.append(decoder.flush())
-    except zlib.error:  # a body that does not decode names nothing (and is relayed as it came)
-        return []
-    return out
-
-
-class _Replay(httpx.AsyncByteStream):
-    def __init__(
-        self, upstream: httpx.Response, read: list[bytes], rest: AsyncIterator[bytes] | None
-    ):
-        self._upstream = upstream
-        self._read = read
-        self._rest = rest
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        for piece in self._read:
-            yield piece
-        if self._rest is not None:
-            async for piece in self._rest:
-                yield piece
-
-    async def aclose(self) -> None:
-        await self._upstream.aclose()
-
-
-def _replayed(
-    upstream: httpx.Response, read: list[bytes], rest: AsyncIterator[bytes] | None
-) -> httpx.Response:
-    response = httpx.Response(
-        upstream.status_code,
-        headers=upstream.headers,
-        stream=_Replay(upstream, read, rest),
-        request=upstream.request,
-        extensions=upstream.extensions,
-    )
-    return response
+    replay, text = await read_refusal(upstream)
+    return replay, [] if text is None else rejected_parameters(text, request)

@@ -23,7 +23,7 @@ from proxy.upstream.cassettes import (
     safe_headers,
     safe_query,
 )
-from proxy.upstream.context import context_of
+from proxy.upstream.context import CLIENT_COPY, context_of
 from proxy.wire.credentials import masked_url
 
 logger = logging.getLogger(__name__)
@@ -40,8 +40,8 @@ def relative_path(request: httpx.Request, default_base_url: str) -> str:
 
 class RecordingTransport(httpx.AsyncBaseTransport):
     """Sends through `inner` and notes everything that came back, chunk by chunk. What the
-    client was sent is the exchange's to report: the cassette's writer becomes its
-    `client_copy`, which delivery fills and saves when the exchange is over."""
+    client was sent only the server knows: the cassette's writer goes back with the response
+    (`CLIENT_COPY`), and the server's delivery fills and saves it when the exchange is over."""
 
     def __init__(
         self,
@@ -69,13 +69,11 @@ class RecordingTransport(httpx.AsyncBaseTransport):
             status=response.status_code,
             response_headers=safe_headers(response.headers, self._secret),
         )
-        if context is not None and context.exchange is not None:
-            context.exchange.client_copy = CassetteWriter(cassette, self._shelf)
         return httpx.Response(
             status_code=response.status_code,
             headers=response.headers,
             stream=_RecordedStream(response.stream, cassette),
-            extensions=response.extensions,
+            extensions={**response.extensions, CLIENT_COPY: CassetteWriter(cassette, self._shelf)},
         )
 
     async def aclose(self) -> None:

@@ -5,16 +5,17 @@ header or path can redirect it."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from urllib.parse import unquote_plus
 
 import httpx
 
-from proxy.repair.markup.rules import MarkupRules
-from proxy.repair.profiles import MessageRules, ProviderProfile, profile_for
+from proxy.repair.profiles import ProviderProfile, profile_for
+from proxy.repair.rules import RouteRules, resolve
 from proxy.repair.tenancy import upstream_identity
-from proxy.settings.schema import ConfigError, Settings, UpstreamSettings
+from proxy.settings.schema import Settings, UpstreamSettings
+from proxy.settings.values import ConfigError
 from proxy.wire.credentials import CREDENTIAL_PARAMETERS
 
 DEFAULT_ROUTE = "default"
@@ -30,6 +31,8 @@ class UpstreamRoute:
     identity: str
     """Receipts are keyed by this: they validate only on the upstream that issued them."""
     timeout: httpx.Timeout
+    _resolved: dict[str, RouteRules] = field(default_factory=dict, init=False, compare=False)
+    """`rules` by profile name, filled on first use."""
 
     def matches(self, model: str) -> bool:
         return any(fnmatchcase(model, pattern) for pattern in self.patterns)
@@ -37,39 +40,15 @@ class UpstreamRoute:
     def profile(self, model: object) -> ProviderProfile:
         return profile_for(self.upstream.profile, self.upstream.base_url, model)
 
-    def schema_dialect(self, profile: ProviderProfile) -> str:
-        """The route's `schema_dialect`, "auto" meaning the profile's."""
-        configured = self.upstream.schema_dialect
-        if configured == "auto":
-            return profile.schema_dialect
-        return "" if configured == "none" else configured
-
-    def message_rules(self, profile: ProviderProfile) -> MessageRules:
-        """The route's message rules: each key that is "auto" is the profile's."""
-        return MessageRules(
-            **{
-                rule.name: getattr(profile.messages, rule.name)
-                if getattr(self.upstream, rule.name) == "auto"
-                else getattr(self.upstream, rule.name)
-                for rule in fields(MessageRules)
-            }
-        )
-
-    def tool_name_rule(self, profile: ProviderProfile) -> str:
-        """The route's `tool_names` rule, "auto" meaning the profile's."""
-        configured = self.upstream.tool_names
-        if configured == "auto":
-            return profile.tool_name_rule
-        return "" if configured == "none" else configured
-
-    def markup(self) -> MarkupRules:
-        upstream = self.upstream
-        return MarkupRules(
-            tool_calls=upstream.text_tool_calls,
-            reasoning=upstream.text_reasoning,
-            reasoning_field=upstream.reasoning_field,
-            think_opened_by_template=upstream.think_opened_by_template,
-        )
+    def rules(self, model: object) -> RouteRules:
+        """The route's rules for a request naming `model`: its keys resolved against the
+        profile that applies, once per profile (a route's keys never change; the profile is
+        chosen per request, `profile_for`)."""
+        profile = self.profile(model)
+        rules = self._resolved.get(profile.name)
+        if rules is None:
+            rules = self._resolved[profile.name] = resolve(self.upstream, profile)
+        return rules
 
 
 class Router:
@@ -121,10 +100,10 @@ def without_credential_parameters(raw_query: bytes) -> bytes:
     """The query string minus credential parameters (Google's `?key=`), for when the client's
     credential must not travel upstream."""
     kept = [
-        field
-        for field in raw_query.split(b"&")
-        if field
-        and unquote_plus(field.partition(b"=")[0].decode("latin-1")).lower()
+        pair
+        for pair in raw_query.split(b"&")
+        if pair
+        and unquote_plus(pair.partition(b"=")[0].decode("latin-1")).lower()
         not in CREDENTIAL_PARAMETERS
     ]
     return b"&".join(kept)

@@ -21,17 +21,17 @@ def rules_in_force(upstream: UpstreamSettings) -> str:
         identity=upstream_identity(upstream.base_url),
         timeout=client_timeout(upstream),
     )
-    profile = route.profile(None)
-    messages = route.message_rules(profile)
+    rules = route.rules(None)
     parts = [
-        f"profile {profile.name}",
-        f"tool schemas {route.schema_dialect(profile) or 'as sent'}",
-        f"tool names {route.tool_name_rule(profile) or 'as sent'}",
-        *(f"{rule.name} {getattr(messages, rule.name)}" for rule in fields(messages)),
-        "parameters " + (", ".join(map(_parameter, profile.parameters)) or "as sent"),
-        "rejected parameters " + ("learned" if upstream.learn_rejected_parameters else "relayed"),
-        "text tool calls " + ("recognised" if upstream.text_tool_calls else "as sent"),
-        "text reasoning " + (upstream.reasoning_field if upstream.text_reasoning else "as sent"),
+        f"profile {rules.profile.name}",
+        f"tool schemas {rules.schema_dialect or 'as sent'}",
+        f"tool names {rules.tool_names or 'as sent'}",
+        *(f"{rule.name} {getattr(rules.messages, rule.name)}" for rule in fields(rules.messages)),
+        "parameters " + (", ".join(map(_parameter, rules.profile.parameters)) or "as sent"),
+        "rejected parameters " + ("learned" if rules.learn_rejected_parameters else "relayed"),
+        "text tool calls " + ("recognised" if rules.markup.text_tool_calls else "as sent"),
+        "text reasoning "
+        + (rules.markup.reasoning_field if rules.markup.text_reasoning else "as sent"),
     ]
     return "; ".join(parts)
 

@@ -21,6 +21,7 @@ from proxy.repair.pipeline import Repair, RepairChain, repaired_stream
 from proxy.repair.receipts.store import open_store
 from proxy.repair.repairs import default_repairs
 from proxy.server.app import default_chain
+from proxy.settings.chain import chain_options
 from proxy.settings.schema import Settings
 from proxy.wire.sse import SSEDecoder
 
@@ -220,7 +221,9 @@ async def _attributed(chunks: list[dict[str, Any]]) -> tuple[AttributingChain, b
     settings = Settings.load(None, {})
     exchange = Exchange("t", request={"messages": [], "tools": TOOLS})
     store = open_store(settings.receipts)
-    chain = AttributingChain(default_repairs(settings, exchange, store), exchange, strict=True)
+    chain = AttributingChain(
+        default_repairs(chain_options(settings), exchange, store), exchange, strict=True
+    )
 
     async def upstream():  # type: ignore[no-untyped-def]
         for chunk in chunks:
@@ -301,7 +304,7 @@ def test_request_changes_are_attributed_to_the_repair_that_made_them() -> None:
     body = {"messages": [{"role": "user", "content": "go"}, {"role": "tool", "content": "x"}]}
     exchange = Exchange("t", request=body)
     chain = AttributingChain(
-        default_repairs(settings, exchange, open_store(settings.receipts)), exchange
+        default_repairs(chain_options(settings), exchange, open_store(settings.receipts)), exchange
     )
     assert asyncio.run(chain.on_request(body)) is True
     assert chain.request is not None
@@ -324,5 +327,5 @@ def test_the_proxy_itself_runs_the_plain_chain() -> None:
     """The attributing chain is explain's alone: the served chain is `RepairChain` itself,
     whose hot loop has no snapshots."""
     settings = Settings.load(None, {})
-    chain = default_chain(settings, Exchange("t"), open_store(settings.receipts))
+    chain = default_chain(chain_options(settings), Exchange("t"), open_store(settings.receipts))
     assert type(chain) is RepairChain

@@ -80,7 +80,7 @@ def tool_call_stream(interleaved: list[bytes]) -> list[bytes]:
 
 
 def test_events_that_are_not_chat_chunks_pass_through_and_the_stream_goes_on() -> None:
-    # Without the pass-through in `_as_chunk`, non-JSON data would raise or be dropped, the
+    # Without the pass-through in `as_chunk`, non-JSON data would raise or be dropped, the
     # typed events would be fed to the repairs as chunks (or re-encoded), and the stream would
     # end early; the call after them must still be repaired (index 0, finish "tool_calls").
     events = tool_call_stream(PASSTHROUGH_EVENTS)

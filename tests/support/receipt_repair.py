@@ -10,6 +10,7 @@ from typing import Any
 from proxy.repair.exchange import Exchange
 from proxy.repair.receipts.store import MemoryStore
 from proxy.repair.repairs.receipts import ReceiptRepair
+from proxy.repair.rules import RouteRules
 from proxy.repair.tenancy import ReceiptScope
 
 
@@ -27,7 +28,7 @@ class Harness:
         exchange = Exchange(
             "r",
             request={"messages": messages or [{"role": "user", "content": "go"}]},
-            profile=self.profile,
+            rules=RouteRules(self.profile),
             scope=ReceiptScope(tenant, upstream),
         )
         repair = ReceiptRepair(exchange, self.store, max_value_bytes=self.max_value_bytes)

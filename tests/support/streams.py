@@ -14,6 +14,7 @@ from proxy.repair.exchange import Exchange
 from proxy.repair.pipeline import RepairChain, repaired_stream
 from proxy.repair.receipts.store import MemoryStore
 from proxy.repair.repairs import default_repairs
+from proxy.settings.chain import chain_options
 from proxy.settings.schema import Settings
 from proxy.wire.sse import SSEDecoder
 
@@ -29,7 +30,7 @@ def repair_stream(
     settings = Settings().with_values({"tool_calls.emit": emit, "repairs.strict": True})
     exchange = Exchange(request_id="test", request=dict(request or {"messages": []}))
     store = MemoryStore(max_entries=100, ttl_seconds=60)
-    chain = RepairChain(default_repairs(settings, exchange, store), strict=True)
+    chain = RepairChain(default_repairs(chain_options(settings), exchange, store), strict=True)
 
     async def upstream() -> AsyncIterator[bytes]:
         for piece in pieces if pieces is not None else [raw]:

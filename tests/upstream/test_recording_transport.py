@@ -23,11 +23,10 @@ import anyio
 import httpx
 import pytest
 
-from proxy.repair.exchange import Exchange
 from proxy.settings.schema import Settings
 from proxy.upstream.cassette_files import CassetteShelf
 from proxy.upstream.cassettes import Cassette
-from proxy.upstream.context import UPSTREAM, UpstreamContext
+from proxy.upstream.context import UPSTREAM, ClientCopy, UpstreamContext, client_copy_of
 from proxy.upstream.egress import EgressTransport
 from proxy.upstream.http1 import Http1Transport
 from proxy.upstream.recording import RecordingTransport, ReplayTransport
@@ -220,23 +219,22 @@ def test_saving_waits_for_room_but_never_loses_a_cassette(
     started, release = stuck_writes(monkeypatch, tmp_path)
     transport = RecordingTransport(httpx.MockTransport(lambda _: httpx.Response(200)), tmp_path, "")
 
-    async def exchange() -> Exchange:
-        exchange = Exchange("r")
+    async def exchange() -> ClientCopy:
         request = httpx.Request("GET", "http://upstream.invalid/models")
-        request.extensions[UPSTREAM] = UpstreamContext("http://upstream.invalid", "", exchange)
-        await transport.handle_async_request(request)
-        assert exchange.client_copy is not None
-        return exchange
+        request.extensions[UPSTREAM] = UpstreamContext("http://upstream.invalid", "")
+        response = await transport.handle_async_request(request)
+        copy = client_copy_of(response)  # handed back with the response, for the server
+        assert copy is not None
+        return copy
 
     async def main() -> None:
         first, second, third = [await exchange() for _ in range(3)]
-        assert first.client_copy and second.client_copy and third.client_copy
-        await first.client_copy.save()  # room to spare: at once
+        await first.save()  # room to spare: at once
         with anyio.move_on_after(0.3) as waited:
-            await second.client_copy.save()
+            await second.save()
         assert waited.cancelled_caught  # past the limit, saving waits for the disk...
         release.set()
-        await third.client_copy.save()
+        await third.save()
         await transport.aclose()
 
     try:

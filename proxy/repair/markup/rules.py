@@ -12,14 +12,16 @@ either), or both, for clients that read only one of them."""
 
 @dataclass(frozen=True, slots=True)
 class MarkupRules:
-    tool_calls: bool = True
-    """Recognise tool-call markup written as content (`text_tool_calls`)."""
-    reasoning: bool = True
-    """Move `<think>` blocks and harmony's analysis channel out of content (`text_reasoning`)."""
+    """Named as the route's keys are (`proxy/repair/rules.py`), which set them one to one."""
+
+    text_tool_calls: bool = True
+    """Recognise tool-call markup written as content."""
+    text_reasoning: bool = True
+    """Move `<think>` blocks and harmony's analysis channel out of content."""
     reasoning_field: str = "reasoning_content"
     think_opened_by_template: bool = False
     """The chat template writes `<think>` itself, so content starts inside the block and only
-    `</think>` arrives (`think_opened_by_template`)."""
+    `</think>` arrives."""
 
     def reasoning_fields(self) -> tuple[str, ...]:
         if self.reasoning_field == "both":

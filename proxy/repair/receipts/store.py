@@ -16,8 +16,6 @@ from typing import Any, Protocol
 
 import orjson
 
-from proxy.settings.schema import ReceiptSettings
-
 logger = logging.getLogger(__name__)
 
 Receipt = dict[str, Any]
@@ -26,6 +24,10 @@ Receipt = dict[str, Any]
 # tuple, the float, the int, and its share of the OrderedDict (hash slot, order node, spare
 # room). tracemalloc measured 172-210 bytes on CPython 3.11, from 1,000 to 100,000 entries.
 ENTRY_OVERHEAD = 216
+
+MAX_VALUE_BYTES = 1_048_576
+"""The largest receipt kept by default (`[receipts] max_value_bytes`): reasoning texts are large
+(DeepSeek's can run to hundreds of kilobytes), but no upstream may grow the store without bound."""
 
 
 class ReceiptStore(Protocol):
@@ -223,7 +225,20 @@ class RedisStore:
         logger.warning("receipt store: redis %s failed (%s); continuing without it", operation, exc)
 
 
-def open_store(settings: ReceiptSettings) -> ReceiptStore:
+class StoreSettings(Protocol):
+    """What `open_store` reads of the settings' `[receipts]` table (`ReceiptSettings`)."""
+
+    @property
+    def store(self) -> str: ...
+    @property
+    def max_entries(self) -> int: ...
+    @property
+    def ttl_seconds(self) -> float: ...
+    @property
+    def max_total_bytes(self) -> int: ...
+
+
+def open_store(settings: StoreSettings) -> ReceiptStore:
     if settings.store == "memory":
         return MemoryStore(
             settings.max_entries, settings.ttl_seconds, max_total_bytes=settings.max_total_bytes

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from proxy.repair.exchange import Exchange
 from proxy.repair.markup.families import FAMILIES
 from proxy.repair.pipeline import Repair
@@ -18,10 +20,31 @@ from proxy.repair.repairs.text_tool_calls import TextToolCallRepair
 from proxy.repair.repairs.tool_calls import ToolCallRepair
 from proxy.repair.repairs.tool_names import ToolNameRepair
 from proxy.repair.repairs.tool_schemas import ToolSchemaRepair
-from proxy.settings.schema import Settings
 
 
-def default_repairs(settings: Settings, exchange: Exchange, store: ReceiptStore) -> list[Repair]:
+@dataclass(frozen=True, slots=True)
+class ChainOptions:
+    """What the chain's construction reads of the configuration, process-wide (the per-route
+    rules are the exchange's `rules`). Built once from the settings by the server
+    (`proxy.settings.chain.chain_options`): the repairs never read the settings."""
+
+    enabled: bool
+    """`[repairs] enabled`: false leaves the chain empty (everything relayed as it came)."""
+    strict: bool
+    """`[repairs] strict`: a failing repair re-raises instead of passing the chunk unrepaired."""
+    history_repair: bool
+    """`[history] repair`."""
+    emit: str
+    """`[tool_calls] emit`: "atomic" or "incremental"."""
+    max_buffered_bytes: int
+    """`[tool_calls] max_buffered_bytes`."""
+    placeholder_on_miss: bool
+    """`[receipts] on_missing = "placeholder"`."""
+    receipt_max_value_bytes: int
+    """`[receipts] max_value_bytes`."""
+
+
+def default_repairs(options: ChainOptions, exchange: Exchange, store: ReceiptStore) -> list[Repair]:
     """A fresh chain for one exchange, in this order:
 
     0. HistoryRepair (request side only) heals the history before anything reads its ids;
@@ -56,21 +79,19 @@ def default_repairs(settings: Settings, exchange: Exchange, store: ReceiptStore)
        Mistral only once nothing else will look them up, and the messages are reshaped for
        the upstream once they hold everything that goes up.
     """
-    if not settings.repairs.enabled:
+    if not options.enabled:
         return []
-    history: list[Repair] = [HistoryRepair(exchange)] if settings.history.repair else []
+    history: list[Repair] = [HistoryRepair(exchange)] if options.history_repair else []
     return [
         *history,
         ToolSchemaRepair(exchange),
         ParameterRepair(exchange),
         TextReasoningRepair(exchange),
-        TextToolCallRepair(
-            exchange, FAMILIES, max_span_chars=settings.tool_calls.max_buffered_bytes
-        ),
+        TextToolCallRepair(exchange, FAMILIES, max_span_chars=options.max_buffered_bytes),
         ToolCallRepair(
             exchange,
-            emit=settings.tool_calls.emit,
-            max_buffered_bytes=settings.tool_calls.max_buffered_bytes,
+            emit=options.emit,
+            max_buffered_bytes=options.max_buffered_bytes,
         ),
         ToolNameRepair(exchange),
         ReusedCallIdRepair(exchange),
@@ -79,8 +100,8 @@ def default_repairs(settings: Settings, exchange: Exchange, store: ReceiptStore)
         ReceiptRepair(
             exchange,
             store,
-            placeholder_on_miss=settings.receipts.on_missing == "placeholder",
-            max_value_bytes=settings.receipts.max_value_bytes,
+            placeholder_on_miss=options.placeholder_on_miss,
+            max_value_bytes=options.receipt_max_value_bytes,
         ),
         MessageShapeRepair(exchange),
     ]

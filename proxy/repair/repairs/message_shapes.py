@@ -40,7 +40,7 @@ class MessageShapeRepair(Repair):
         if not isinstance(messages, list):
             return False
         changed = False
-        for rule in _rules(self._exchange.messages):
+        for rule in _rules(self._exchange.rules.messages):
             amount = rule.apply(messages)
             if amount:
                 self._exchange.count(rule.KIND, amount)

@@ -20,15 +20,16 @@ class ParameterRepair(Repair):
     `max_completion_tokens`, Groq 400 `property 'store' is unsupported`. OpenAI's SDKs and the
     agents built on them send these on every turn, so every turn fails. The profile's
     `parameters` table says which to drop and which to send under the upstream's own name
-    (the value kept); parameters this upstream rejected before (`exchange.learned_parameters`,
-    from the 400/422 fallback) are dropped too. A request carrying none of them is untouched."""
+    (the value kept). Parameters this upstream refused before reach the table as drops at its
+    end (upstream/refusals.py learns them from its 400/422). A request carrying none of them is
+    untouched."""
 
     def __init__(self, exchange: Exchange) -> None:
         self._exchange = exchange
 
     async def on_request(self, body: dict[str, Any]) -> bool:
         changed = False
-        for rule in self._exchange.profile.parameters:
+        for rule in self._exchange.rules.profile.parameters:
             name = rule.name
             if name in PROTECTED or name not in body or not rule.applies(body[name]):
                 continue
@@ -40,9 +41,4 @@ class ParameterRepair(Repair):
                 self._exchange.count(RENAMED_KIND)
             else:  # a drop, or the client also sent the target name: its own value wins
                 self._exchange.count(DROPPED_KIND)
-        for name in sorted(self._exchange.learned_parameters):
-            if name in body and name not in PROTECTED:
-                del body[name]
-                self._exchange.count(DROPPED_KIND)
-                changed = True
         return changed

@@ -14,8 +14,7 @@ from proxy.repair.pipeline import Chunk, Repair
 from proxy.repair.profiles import ReceiptRule
 from proxy.repair.receipts import injection
 from proxy.repair.receipts.capture import FieldBuilder
-from proxy.repair.receipts.store import ReceiptStore
-from proxy.settings.schema import ReceiptSettings
+from proxy.repair.receipts.store import MAX_VALUE_BYTES, ReceiptStore
 from proxy.wire.json_paths import get_path, set_path
 
 
@@ -46,11 +45,11 @@ class ReceiptRepair(Repair):
         store: ReceiptStore,
         *,
         placeholder_on_miss: bool = True,
-        max_value_bytes: int = ReceiptSettings().max_value_bytes,  # one default, in settings
+        max_value_bytes: int = MAX_VALUE_BYTES,  # one default, which the settings take too
     ) -> None:
         self._exchange = exchange
         self._store = store
-        self._profile = exchange.profile
+        self._profile = exchange.rules.profile
         self._scope = exchange.scope
         self._placeholder_on_miss = placeholder_on_miss
         self._max_value_bytes = max_value_bytes

@@ -42,9 +42,9 @@ class TextReasoningRepair(Repair):
 
     def __init__(self, exchange: Exchange) -> None:
         self._exchange = exchange
-        self._enabled = exchange.markup.reasoning
-        self._opened_by_template = exchange.markup.think_opened_by_template
-        self._fields = exchange.markup.reasoning_fields()
+        self._enabled = exchange.rules.markup.text_reasoning
+        self._opened_by_template = exchange.rules.markup.think_opened_by_template
+        self._fields = exchange.rules.markup.reasoning_fields()
         self._splitters: dict[int, ReasoningSplitter] = {}
         self._moved: set[int] = set()
         self._envelope: dict[str, Any] = {}

@@ -34,7 +34,9 @@ class TextToolCallRepair(Repair):
         self._exchange = exchange
         self._families = families
         self._max_span = max_span_chars
-        tools = DeclaredTools.of(exchange.request) if exchange.markup.tool_calls else None
+        tools = (
+            DeclaredTools.of(exchange.request) if exchange.rules.markup.text_tool_calls else None
+        )
         self._tools = tools if families else None
         self._forwarded = False
         self._choices: dict[int, CallRecogniser] = {}

@@ -33,7 +33,7 @@ class ToolNameRepair(Repair):
         """New name -> the client's, for this exchange's answer."""
 
     async def on_request(self, body: dict[str, Any]) -> bool:
-        rule = TOOL_NAME_RULES.get(self._exchange.tool_name_rule)
+        rule = TOOL_NAME_RULES.get(self._exchange.rules.tool_names)
         if rule is None:
             return False
         mapping = rename_request(body, rule)
@@ -43,7 +43,7 @@ class ToolNameRepair(Repair):
 
     def wants_chunks(self) -> bool:
         # Asked when the chain is built, before `on_request`: whether a rule applies at all.
-        return self._exchange.tool_name_rule in TOOL_NAME_RULES
+        return self._exchange.rules.tool_names in TOOL_NAME_RULES
 
     def on_chunk(self, chunk: Chunk) -> list[Chunk] | None:
         if not self._back:

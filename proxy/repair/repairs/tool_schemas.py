@@ -23,7 +23,7 @@ class ToolSchemaRepair(Repair):
         self._exchange = exchange
 
     async def on_request(self, body: dict[str, Any]) -> bool:
-        dialect = DIALECTS.get(self._exchange.schema_dialect)
+        dialect = DIALECTS.get(self._exchange.rules.schema_dialect)
         tools = body.get("tools")
         if dialect is None or not isinstance(tools, list):
             return False

@@ -13,6 +13,7 @@ from proxy.repair.exchange import Exchange
 from proxy.repair.pipeline import RepairChain
 from proxy.repair.receipts.store import MemoryStore
 from proxy.repair.repairs import default_repairs
+from proxy.settings.chain import chain_options
 from proxy.settings.schema import Settings
 from tests.repair.markup.test_recogniser import cuts, recognise
 from tests.support.streams import assembled_calls, content, finish_reasons, repair_stream, sse
@@ -139,7 +140,9 @@ def test_each_family_non_streamed_becomes_message_calls(name: str) -> None:
     exchange = Exchange("t", request=REQUEST)
     store = MemoryStore(max_entries=10, ttl_seconds=60)
     asyncio.run(
-        RepairChain(default_repairs(settings, exchange, store), strict=True).on_response(body)
+        RepairChain(
+            default_repairs(chain_options(settings), exchange, store), strict=True
+        ).on_response(body)
     )
     choice = body["choices"][0]
     got = [

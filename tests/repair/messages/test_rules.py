@@ -17,6 +17,7 @@ from proxy.repair.messages.system_merge import SystemMessagesMerged
 from proxy.repair.messages.tool_content import ToolContentFlattened
 from proxy.repair.profiles import PROFILES, MessageRules, profile_for
 from proxy.repair.repairs.message_shapes import MessageShapeRepair
+from proxy.repair.rules import RouteRules
 from proxy.settings.schema import ConfigError, Settings
 from proxy.upstream.routes import Router
 
@@ -154,7 +155,7 @@ def test_ids_that_are_nine_alphanumerics_are_left() -> None:
 
 
 def run(rules: MessageRules, body: dict[str, Any]) -> tuple[bool, Exchange]:
-    exchange = Exchange(request_id="t", messages=rules)
+    exchange = Exchange(request_id="t", rules=RouteRules(messages=rules))
     return asyncio.run(MessageShapeRepair(exchange).on_request(body)), exchange
 
 
@@ -234,10 +235,10 @@ def test_a_route_sets_each_rule_or_takes_the_profiles() -> None:
     )
     router = Router(settings, {})
     default, qwen = router.default, router.route_for("qwen3.6")
-    assert default.message_rules(default.profile("m")) == MessageRules(
+    assert default.rules("m").messages == MessageRules(
         developer_role="keep", assistant_tool_content="null", tool_call_ids="nine_alnum"
     )
-    assert qwen.message_rules(qwen.profile("m")) == MessageRules(
+    assert qwen.rules("m").messages == MessageRules(
         system_messages="merged", assistant_tool_content="empty"
     )
 

@@ -21,6 +21,7 @@ from proxy.repair.profiles import PROFILES, ReceiptRule
 from proxy.repair.receipts.capture import FieldBuilder
 from proxy.repair.receipts.store import MemoryStore
 from proxy.repair.repairs.receipts import ReceiptRepair
+from proxy.repair.rules import RouteRules
 from proxy.repair.tenancy import ReceiptScope
 
 CONCAT = ReceiptRule("reasoning_content", ("reasoning_content",), "tool_turn", "concat")
@@ -134,7 +135,7 @@ def test_a_deepseek_stream_is_captured_in_linear_memory_and_exactly() -> None:
     exchange = Exchange(
         "r",
         request={"messages": [{"role": "user", "content": "go"}]},
-        profile=PROFILES["deepseek"],
+        rules=RouteRules(PROFILES["deepseek"]),
         scope=ReceiptScope("t", "u"),
     )
     repair = ReceiptRepair(exchange, store, max_value_bytes=2_000_000)

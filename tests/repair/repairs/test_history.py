@@ -95,10 +95,13 @@ def test_the_open_webui_broken_round_is_healed() -> None:
 def test_repair_can_be_turned_off() -> None:
     from proxy.repair.receipts.store import MemoryStore
     from proxy.repair.repairs import default_repairs
+    from proxy.settings.chain import chain_options
     from proxy.settings.schema import Settings
 
     repairs = default_repairs(
-        Settings().with_values({"history.repair": False}), Exchange("r"), MemoryStore(1, 1)
+        chain_options(Settings().with_values({"history.repair": False})),
+        Exchange("r"),
+        MemoryStore(1, 1),
     )
     assert not any(isinstance(r, HistoryRepair) for r in repairs)
 

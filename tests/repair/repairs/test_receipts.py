@@ -12,6 +12,7 @@ from proxy.repair.exchange import Exchange
 from proxy.repair.profiles import PROFILES, SKIP_SIGNATURE_VALIDATOR, profile_for
 from proxy.repair.receipts.store import MemoryStore
 from proxy.repair.repairs.receipts import ReceiptRepair
+from proxy.repair.rules import RouteRules
 from proxy.repair.tenancy import ReceiptScope, tenant_of
 from tests.support.fake_upstream import load_transcript
 
@@ -44,7 +45,7 @@ class Harness:
         exchange = Exchange(
             "r",
             request={"messages": messages or []},
-            profile=self.profile,
+            rules=RouteRules(self.profile),
             scope=ReceiptScope(tenant or self.tenant, "u"),
         )
         repair = ReceiptRepair(exchange, self.store, placeholder_on_miss=self.placeholder)

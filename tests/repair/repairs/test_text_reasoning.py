@@ -25,6 +25,8 @@ from proxy.repair.repairs.text_reasoning import TextReasoningRepair
 from proxy.repair.repairs.text_tool_calls import TextToolCallRepair
 from proxy.repair.repairs.tool_calls import ToolCallRepair
 from proxy.repair.repairs.tool_schemas import ToolSchemaRepair
+from proxy.repair.rules import RouteRules
+from proxy.settings.chain import chain_options
 from proxy.settings.schema import Settings
 from proxy.wire import json_codec
 from tests.support.streams import content, repair_stream, sse
@@ -47,7 +49,7 @@ def thought(text: str, field: str = "reasoning_content", **delta: Any) -> dict[s
 
 
 def link(**rules: Any) -> tuple[TextReasoningRepair, Exchange]:
-    exchange = Exchange(request_id="test", markup=MarkupRules(**rules))
+    exchange = Exchange(request_id="test", rules=RouteRules(markup=MarkupRules(**rules)))
     return TextReasoningRepair(exchange), exchange
 
 
@@ -182,7 +184,7 @@ def test_an_upstream_that_sends_reasoning_itself_is_left_alone() -> None:
 
 
 def test_the_disabled_rule_turns_the_link_off() -> None:
-    repair, _ = link(reasoning=False)
+    repair, _ = link(text_reasoning=False)
     assert not repair.wants_chunks()
     body = completion({"role": "assistant", "content": "<think>r</think>a"})
     assert not asyncio.run(repair.on_response(body))
@@ -225,7 +227,9 @@ def test_a_completion_with_an_unopened_close_is_counted() -> None:
 def test_it_runs_first_after_the_request_side_repairs() -> None:
     settings = Settings()
     exchange = Exchange(request_id="test")
-    chain = default_repairs(settings, exchange, MemoryStore(max_entries=1, ttl_seconds=1))
+    chain = default_repairs(
+        chain_options(settings), exchange, MemoryStore(max_entries=1, ttl_seconds=1)
+    )
     kinds = [type(repair) for repair in chain]
     assert kinds[:6] == [
         HistoryRepair,

@@ -14,6 +14,8 @@ from proxy.repair.markup.rules import MarkupRules
 from proxy.repair.pipeline import RepairChain
 from proxy.repair.receipts.store import MemoryStore
 from proxy.repair.repairs import default_repairs
+from proxy.repair.rules import RouteRules
+from proxy.settings.chain import chain_options
 from proxy.settings.schema import Settings
 from tests.repair.markup.test_recogniser import CALL, REQUEST, WEATHER
 from tests.support.streams import (
@@ -85,9 +87,11 @@ def test_a_stream_that_ends_without_a_finish_still_gets_its_call() -> None:
 
 def run_response(body: dict, request: dict, rules: MarkupRules | None = None) -> Exchange:
     settings = Settings().with_values({"repairs.strict": True})
-    exchange = Exchange("t", request=request, markup=rules or MarkupRules())
+    exchange = Exchange("t", request=request, rules=RouteRules(markup=rules or MarkupRules()))
     chain = RepairChain(
-        default_repairs(settings, exchange, MemoryStore(max_entries=10, ttl_seconds=60)),
+        default_repairs(
+            chain_options(settings), exchange, MemoryStore(max_entries=10, ttl_seconds=60)
+        ),
         strict=True,
     )
     asyncio.run(chain.on_response(body))
@@ -130,7 +134,7 @@ def test_non_streamed_refusals_and_length_leave_the_body_alone() -> None:
 
 def test_a_route_that_turns_it_off_gets_the_text() -> None:
     body = completion(CALL)
-    exchange = run_response(body, REQUEST, MarkupRules(tool_calls=False))
+    exchange = run_response(body, REQUEST, MarkupRules(text_tool_calls=False))
     assert body["choices"][0]["message"]["content"] == CALL
     assert "text_tool_call" not in exchange.repairs
 

@@ -20,6 +20,8 @@ from proxy.repair.pipeline import RepairChain, repaired_stream
 from proxy.repair.profiles import PROFILES
 from proxy.repair.receipts.store import MemoryStore
 from proxy.repair.repairs import default_repairs
+from proxy.repair.rules import RouteRules
+from proxy.settings.chain import chain_options
 from proxy.settings.schema import ConfigError, Settings
 from proxy.upstream.routes import Router
 from proxy.wire.sse import SSEDecoder
@@ -42,9 +44,9 @@ def request(*names: str) -> dict[str, Any]:
 
 def chain_for(body: dict[str, Any], rule: str) -> tuple[RepairChain, Exchange, bool]:
     settings = Settings().with_values({"repairs.strict": True})
-    exchange = Exchange(request_id="test", request=body, tool_name_rule=rule)
+    exchange = Exchange(request_id="test", request=body, rules=RouteRules(tool_names=rule))
     store = MemoryStore(max_entries=100, ttl_seconds=60)
-    chain = RepairChain(default_repairs(settings, exchange, store), strict=True)
+    chain = RepairChain(default_repairs(chain_options(settings), exchange, store), strict=True)
     changed = asyncio.run(chain.on_request(body))
     return chain, exchange, changed
 
@@ -194,7 +196,7 @@ def test_the_client_request_it_was_made_from_is_not_needed_afterwards() -> None:
 
 
 def test_each_profile_has_its_upstreams_rule() -> None:
-    rules = {name: profile.tool_name_rule for name, profile in PROFILES.items()}
+    rules = {name: profile.tool_names for name, profile in PROFILES.items()}
     assert rules["gemini"] == rules["vertex"] == "gemini"
     assert rules["openai"] == rules["deepseek"] == "openai"
     # The evidence profile and the gateways pass names as sent: nothing shows what they refuse.
@@ -220,9 +222,9 @@ def test_a_route_chooses_its_rule_or_none() -> None:
     )
     router = Router(settings, {})
     default, raw, gateway = router.default, router.route_for("raw-1"), router.route_for("gw-1")
-    assert default.tool_name_rule(default.profile("m")) == "gemini"  # auto: the profile's
-    assert raw.tool_name_rule(raw.profile("m")) == ""
-    assert gateway.tool_name_rule(gateway.profile("m")) == "openai"  # behind any gateway
+    assert default.rules("m").tool_names == "gemini"  # auto: the profile's
+    assert raw.rules("m").tool_names == ""
+    assert gateway.rules("m").tool_names == "openai"  # behind any gateway
 
 
 def test_an_unknown_rule_is_a_configuration_error() -> None:

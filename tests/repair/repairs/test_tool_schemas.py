@@ -16,6 +16,7 @@ from proxy.repair.dialects.schemas import DIALECTS, rewrite_schema
 from proxy.repair.exchange import Exchange
 from proxy.repair.profiles import PROFILES, ProviderProfile
 from proxy.repair.repairs.tool_schemas import ToolSchemaRepair
+from proxy.repair.rules import RouteRules
 from proxy.settings.schema import Settings
 from proxy.upstream.routes import Router
 from tests.repair.dialects.accepts import gemini_violations, moonshot_violations
@@ -34,7 +35,9 @@ def request(*tools: dict[str, Any]) -> dict[str, Any]:
 
 
 def run(profile: ProviderProfile, body: dict[str, Any]) -> tuple[bool, Exchange]:
-    exchange = Exchange(request_id="test", profile=profile, schema_dialect=profile.schema_dialect)
+    exchange = Exchange(
+        request_id="test", rules=RouteRules(profile, schema_dialect=profile.schema_dialect)
+    )
     changed = asyncio.run(ToolSchemaRepair(exchange).on_request(body))
     return changed, exchange
 
@@ -173,6 +176,6 @@ def test_a_route_chooses_its_dialect_or_none() -> None:
     )
     router = Router(settings, {})
     default, raw, gateway = router.default, router.route_for("raw-1"), router.route_for("kimi-k2")
-    assert default.schema_dialect(default.profile("m")) == "gemini"  # auto: the profile's
-    assert raw.schema_dialect(raw.profile("m")) == ""
-    assert gateway.schema_dialect(gateway.profile("m")) == "moonshot"  # behind any gateway
+    assert default.rules("m").schema_dialect == "gemini"  # auto: the profile's
+    assert raw.rules("m").schema_dialect == ""
+    assert gateway.rules("m").schema_dialect == "moonshot"  # behind any gateway

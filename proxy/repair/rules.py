@@ -1,0 +1,130 @@
+"""The rules of one route, declared once: the keys its table sets (`RouteRuleKeys`, which the
+settings embed, so a key has the same name in the config file and in the code) and what they
+come to against the route's profile (`RouteRules`, the one value the repairs read).
+
+"auto" is resolved here and nowhere else (`resolve`), once per route and profile: a key set to
+"auto" takes the profile's value, "none" sends what the client sent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+from proxy.repair.calls.tool_names import TOOL_NAME_RULES
+from proxy.repair.config_values import one_of
+from proxy.repair.dialects.schemas import DIALECTS
+from proxy.repair.markup.rules import REASONING_FIELDS, MarkupRules
+from proxy.repair.profiles import (
+    ASSISTANT_TOOL_CONTENTS,
+    DEVELOPER_ROLES,
+    PROFILES,
+    SYSTEM_MESSAGES,
+    TOOL_CALL_IDS,
+    TOOL_CONTENTS,
+    MessageRules,
+    ProviderProfile,
+)
+
+SCHEMA_DIALECT_NAMES = ("auto", "none", *DIALECTS)
+TOOL_NAME_RULE_NAMES = ("auto", "none", *TOOL_NAME_RULES)
+
+
+@dataclass(frozen=True, slots=True)
+class RouteRuleKeys:
+    """The keys of an `[upstream]` or `[[routes]]` table that decide what the repairs do for
+    that route, as the config file spells them (the settings inherit them: the table stays
+    flat). Each key that can be "auto" defaults to it: the profile decides."""
+
+    text_tool_calls: bool = True
+    """Turn tool-call markup the upstream wrote as content into real tool calls (only for
+    declared tools, with arguments that validate; proxy/repair/markup/)."""
+    text_reasoning: bool = True
+    """Move `<think>…</think>` at the start of content, and harmony's analysis channel written
+    as text, into the reasoning field."""
+    reasoning_field: str = "reasoning_content"
+    """Where that reasoning goes: "reasoning_content", "reasoning" or "both"."""
+    think_opened_by_template: bool = False
+    """The chat template opens `<think>` itself: content starts as reasoning until `</think>`."""
+    schema_dialect: str = "auto"
+    """The JSON Schema dialect tool parameters are rewritten into: "auto" (the profile's:
+    gemini and vertex "gemini", kimi "moonshot", others none), "none", "gemini", "moonshot"."""
+    # The message rules (proxy/repair/messages/); "auto" is the profile's `MessageRules`.
+    developer_role: str = "auto"
+    """"keep", or "system": `developer` messages go up as `system` (auto: deepseek, mistral)."""
+    system_messages: str = "auto"
+    """"as_sent", or "merged": all system messages go up as one leading message, for chat
+    templates that want it (Qwen 3.5+ on vLLM: "System message must be at the beginning")."""
+    assistant_tool_content: str = "auto"
+    """Content beside an assistant's `tool_calls`: "as_sent", "null" ("" becomes null; auto:
+    mistral) or "empty" (null or missing becomes "", for LM Studio)."""
+    tool_content: str = "auto"
+    """"as_sent", or "string": tool results given as text parts go up as a string (auto: kimi)."""
+    tool_call_ids: str = "auto"
+    """"as_sent", or "nine_alnum": call ids that are not nine alphanumerics are mapped to ones
+    that are, the same way on every turn (auto: mistral)."""
+    tool_names: str = "auto"
+    """The rule tool names must follow upstream; names it rejects (`files.read`, `mcp/x/read`,
+    a leading digit, over 64 characters) are renamed, and renamed back in the answer: "auto"
+    (the profile's: gemini and vertex "gemini", openai and deepseek "openai", others none),
+    "none", "openai" (`[a-zA-Z0-9_-]{1,64}`), "gemini" (`[a-zA-Z_][a-zA-Z0-9_.:-]{0,63}`)."""
+    learn_rejected_parameters: bool = True
+    """When the upstream answers 400/422 naming a top-level parameter the request sent (not
+    model, messages, tools, tool_choice or stream), send the request once more without it, and
+    drop it up front for this upstream and model for `[parameters] ttl_seconds`."""
+
+    def __post_init__(self) -> None:
+        one_of("reasoning_field", self.reasoning_field, REASONING_FIELDS)
+        one_of("schema_dialect", self.schema_dialect, SCHEMA_DIALECT_NAMES)
+        one_of("developer_role", self.developer_role, ("auto", *DEVELOPER_ROLES))
+        one_of("system_messages", self.system_messages, ("auto", *SYSTEM_MESSAGES))
+        one_of(
+            "assistant_tool_content",
+            self.assistant_tool_content,
+            ("auto", *ASSISTANT_TOOL_CONTENTS),
+        )
+        one_of("tool_content", self.tool_content, ("auto", *TOOL_CONTENTS))
+        one_of("tool_call_ids", self.tool_call_ids, ("auto", *TOOL_CALL_IDS))
+        one_of("tool_names", self.tool_names, TOOL_NAME_RULE_NAMES)
+
+
+@dataclass(frozen=True, slots=True)
+class RouteRules:
+    """What the repairs do for one route and profile: its keys with "auto" resolved. The
+    defaults are what a route with default keys gets on the evidence profile (`generic`)."""
+
+    profile: ProviderProfile = PROFILES["generic"]
+    """What the upstream needs (receipts, foreign fields, parameters), decided per request
+    from the route's `profile`, its base URL and the model (`profile_for`)."""
+    schema_dialect: str = ""
+    """The JSON Schema dialect tool parameters go up in (a key of `DIALECTS`; "": as sent)."""
+    tool_names: str = ""
+    """The rule tool names must follow upstream (a key of `TOOL_NAME_RULES`; "": as sent)."""
+    messages: MessageRules = field(default_factory=MessageRules)
+    """The message shapes the upstream takes."""
+    markup: MarkupRules = field(default_factory=MarkupRules)
+    """What the markup repairs may do with text that is really calls or reasoning."""
+    learn_rejected_parameters: bool = True
+    """A 400/422 naming a parameter gets one more send without it, and is remembered."""
+
+
+def resolve(keys: RouteRuleKeys, profile: ProviderProfile) -> RouteRules:
+    """The route's rules on `profile`: each "auto" is the profile's value, "none" is ""."""
+    return RouteRules(
+        profile=profile,
+        schema_dialect=_resolved(keys.schema_dialect, profile.schema_dialect),
+        tool_names=_resolved(keys.tool_names, profile.tool_names),
+        messages=MessageRules(
+            **{
+                rule.name: _resolved(getattr(keys, rule.name), getattr(profile.messages, rule.name))
+                for rule in fields(MessageRules)
+            }
+        ),
+        markup=MarkupRules(**{rule.name: getattr(keys, rule.name) for rule in fields(MarkupRules)}),
+        learn_rejected_parameters=keys.learn_rejected_parameters,
+    )
+
+
+def _resolved(configured: str, profiles: str) -> str:
+    if configured == "auto":
+        return profiles
+    return "" if configured == "none" else configured

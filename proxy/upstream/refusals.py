@@ -1,0 +1,162 @@
+"""Learning from an upstream's refusal, at the upstream seam: one component that owns the
+detection, the memory and the single resend.
+
+An OpenAI-compatible upstream refuses a whole request, before generating anything (a 400 or a
+422, so nothing ran and nothing is billed), over one thing in it it does not take, and says
+what in its error body. Each `RefusalRule` reads one kind of such refusal: what it names
+(`detect`), how the request goes without it (`apply`), and how a later request goes without
+it up front (`adjust`, on the rules the request phase reads). The rules are table entries
+(`RULES`): a new refusal is one more entry, and the seam below stays as it is.
+
+`RefusalLearning` sits between the app and the transport: the app hands it the request once
+(`send`), and it sends it, reads a refusal (bounded), and sends it once more without what was
+refused; never more than once, never for another status. What it learned is remembered per
+(upstream, model) in the store backend's own namespace (Redis shares it between replicas), and
+`recall` gives it back before the next request's repairs run. It reports what it did as a value
+(`Learned`), which the server counts and logs: the seam never reaches into the exchange.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+import httpx
+
+from proxy.repair.rules import RouteRules
+from proxy.settings.schema import Settings
+from proxy.upstream.parameter_fallback import PARAMETERS
+from proxy.upstream.refusal_memory import RefusalMemory, open_memory
+from proxy.upstream.refusal_reading import read_refusal, resent
+from proxy.wire import json_codec
+
+
+class RefusalRule(Protocol):
+    """One kind of refusal an upstream answers before generating, and what to do about it."""
+
+    @property
+    def kind(self) -> str:
+        """What a learned refusal is counted as (`parameter_learned`)."""
+
+    @property
+    def statuses(self) -> frozenset[int]:
+        """The statuses this refusal comes with; any other answer is never read."""
+
+    @property
+    def done(self) -> str:
+        """The log line's account of what was done, `%s` receiving the keys learned."""
+
+    def detect(self, error: str, request: Mapping[str, Any]) -> tuple[str, ...]:
+        """The memory keys of what the error body refuses in `request`; () when it is not
+        this rule's refusal, or when going without it would answer another question."""
+
+    def apply(self, body: dict[str, Any], keys: Iterable[str]) -> None:
+        """Edit the forwarded body for the resend, so it goes without what was refused."""
+
+    def candidates(self, request: Mapping[str, Any]) -> list[str]:
+        """The memory keys a request like this one could have learned (looked up in one go)."""
+
+    def adjust(self, rules: RouteRules, keys: frozenset[str]) -> RouteRules:
+        """The rules the request phase reads, with what was learned for this upstream and
+        model, so the repairs leave it out up front."""
+
+
+RULES: tuple[RefusalRule, ...] = (PARAMETERS,)
+"""Every refusal learned, in the order their detection is tried (the first that names
+something in the request is the one acted on)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Learned:
+    """What one resend was for: the rule, the refusal's status and what it named."""
+
+    rule: RefusalRule
+    status: int
+    keys: tuple[str, ...]
+    ttl_seconds: float
+
+    @property
+    def kind(self) -> str:
+        return self.rule.kind
+
+
+@dataclass(frozen=True, slots=True)
+class Recalled:
+    """What was learned before for one upstream and model, by rule."""
+
+    keys: tuple[tuple[RefusalRule, frozenset[str]], ...] = ()
+
+    def applied(self, rules: RouteRules) -> RouteRules:
+        """The route's rules with what was learned: a new value, the route's own unchanged."""
+        for rule, keys in self.keys:
+            rules = rule.adjust(rules, keys)
+        return rules
+
+
+NOTHING = Recalled()
+
+R = TypeVar("R")
+Dispatch = Callable[[httpx.Request], Awaitable[httpx.Response | R]]
+"""Sends one request upstream: an upstream response, or whatever the caller makes of a
+failure (the app's own error response), which is passed on as it is."""
+
+
+class RefusalLearning:
+    def __init__(self, memory: RefusalMemory, rules: Sequence[RefusalRule] = RULES) -> None:
+        self.memory = memory
+        self.rules = tuple(rules)
+        self._statuses = frozenset(status for rule in self.rules for status in rule.statuses)
+
+    async def recall(self, identity: str, request: Mapping[str, Any]) -> Recalled:
+        """What this upstream refused before for the request's model, among what the request
+        carries: one store lookup for every rule."""
+        wanted = [(rule, rule.candidates(request)) for rule in self.rules]
+        names = [name for _, candidates in wanted for name in candidates]
+        found = await self.memory.recall_keys(identity, request.get("model"), names)
+        if not found:
+            return NOTHING
+        return Recalled(
+            tuple(
+                (rule, keys)
+                for rule, candidates in wanted
+                if (keys := frozenset(found.intersection(candidates)))
+            )
+        )
+
+    async def send(
+        self,
+        dispatch: Dispatch[R],
+        identity: str,
+        body: dict[str, Any],
+        outgoing: httpx.Request,
+    ) -> tuple[httpx.Response | R, Learned | None]:
+        """The answer to `outgoing` (whose content is `body`), sent once more at most: when the
+        upstream refused it for something a rule reads, `body` goes without it (edited in
+        place: it is the forwarded request) and that answer is the one returned, whatever it
+        is. Any other answer is returned as it came."""
+        response = await dispatch(outgoing)
+        if not isinstance(response, httpx.Response) or response.status_code not in self._statuses:
+            return response, None
+        response, error = await read_refusal(response)
+        if error is None:
+            return response, None
+        status = response.status_code
+        for rule in self.rules:
+            keys = rule.detect(error, body) if status in rule.statuses else ()
+            if keys:
+                break
+        else:
+            return response, None
+        await response.aclose()
+        rule.apply(body, keys)
+        self.memory.remember(identity, body.get("model"), keys, status)
+        learned = Learned(rule, status, keys, self.memory.ttl_seconds)
+        return await dispatch(resent(outgoing, json_codec.dumps(body))), learned
+
+    async def aclose(self) -> None:
+        await self.memory.aclose()
+
+
+def open_learning(settings: Settings) -> RefusalLearning:
+    return RefusalLearning(open_memory(settings))

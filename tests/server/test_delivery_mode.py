@@ -1,0 +1,38 @@
+"""The one delivery decision (proxy/server/delivery_mode.py) the app, `explain` and `replay`
+share: relayed, repaired SSE or repaired JSON, and when an encoding leaves an answer unrepaired."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.server.delivery_mode import Delivery, Mode, delivery_mode
+
+SSE = "text/event-stream; charset=utf-8"
+JSON = "application/json"
+
+
+@pytest.mark.parametrize(
+    ("status", "stream", "content_type", "encoding", "expected"),
+    [
+        (200, True, SSE, "", Delivery(Mode.SSE)),
+        (200, True, SSE, "gzip", Delivery(Mode.SSE)),
+        (200, False, JSON, "", Delivery(Mode.JSON)),
+        (200, False, JSON, " Deflate ", Delivery(Mode.JSON)),
+        (200, False, "text/plain", "", Delivery(Mode.JSON)),  # read, and passed on if not JSON
+        (200, True, JSON, "", Delivery(Mode.RELAY)),  # a stream asked, a body answered
+        (400, True, SSE, "", Delivery(Mode.RELAY)),  # errors are the upstream's to say
+        (422, False, JSON, "br", Delivery(Mode.RELAY)),  # ...in whatever encoding
+        (500, False, JSON, "", Delivery(Mode.RELAY)),
+        (200, True, SSE, "br", Delivery(Mode.RELAY, "br")),
+        (200, False, JSON, "zstd", Delivery(Mode.RELAY, "zstd")),
+        (200, True, JSON, "gzip, br", Delivery(Mode.RELAY, "gzip, br")),
+    ],
+)
+def test_the_delivery_of_an_answer(
+    status: int, stream: bool, content_type: str, encoding: str, expected: Delivery
+) -> None:
+    assert delivery_mode(status, stream, content_type, encoding) == expected
+
+
+def test_the_modes_read_as_explain_names_them() -> None:
+    assert [mode.value for mode in Mode] == ["relayed", "stream", "json"]
