@@ -25,17 +25,32 @@ from proxy.wire.credentials import CREDENTIAL_HEADERS, CREDENTIAL_PARAMETERS
 # Every credential form the proxy forwards names the tenant (proxy/wire/credentials.py).
 # An Authorization value with a scheme and no token is no credential.
 _EMPTY_SCHEMES = frozenset({"bearer", "basic"})
+_HEADER_NAMES = {name.encode("latin-1"): name for name in CREDENTIAL_HEADERS}
 
 
 def credentials_of(headers: Mapping[str, str], query: str | bytes = b"") -> list[tuple[str, str]]:
     """Every credential the request carries, as (where, value), in a fixed order."""
     found = []
-    for name in CREDENTIAL_HEADERS:
-        for value in _values(headers, name):
-            value = value.strip()
-            if value and not (name == "authorization" and value.lower() in _EMPTY_SCHEMES):
-                found.append((name, value))
+    for name, value in _credential_headers(headers):
+        value = value.strip()
+        if value and not (name == "authorization" and value.lower() in _EMPTY_SCHEMES):
+            found.append((name, value))
     return found + _query_credentials(query)
+
+
+def _credential_headers(headers: Mapping[str, str]) -> list[tuple[str, str]]:
+    """Every value of every credential header, in CREDENTIAL_HEADERS' order, then as sent.
+    Headers with their raw fields (Starlette's, on every request) are read in one pass over
+    them, not one `getlist` pass per credential header name (a few µs per request)."""
+    raw = getattr(headers, "raw", None)
+    if not isinstance(raw, list):
+        return [(name, value) for name in CREDENTIAL_HEADERS for value in _values(headers, name)]
+    by_name: dict[str, list[str]] = {}
+    for key, value in raw:
+        name = _HEADER_NAMES.get(key.lower())
+        if name is not None:
+            by_name.setdefault(name, []).append(value.decode("latin-1"))
+    return [(name, value) for name in CREDENTIAL_HEADERS for value in by_name.get(name, ())]
 
 
 def _query_credentials(query: str | bytes) -> list[tuple[str, str]]:

@@ -62,14 +62,33 @@ class Metrics:
         self.store_errors = Gauge(
             "streamfix_store_errors", "Receipt store operations that failed", registry=registry
         )
+        # Each exchange's children by their labels, looked up once: `labels()` takes a lock and
+        # checks the names on every call, a few µs per exchange for children that never change.
+        # Bounded: routes, status codes and repair kinds are fixed sets of the code and config.
+        self._children: dict[tuple[str, int], tuple[Counter, Histogram]] = {}
+        self._counters: dict[tuple[str, str], tuple[Counter, ...]] = {}
 
     def record(self, route: str, status: int, duration: float, counts: Tally[str]) -> None:
-        self.requests.labels(route, str(status)).inc()
-        self.duration.labels(route).observe(duration)
+        children = self._children.get((route, status))
+        if children is None:
+            children = self._children[(route, status)] = (
+                self.requests.labels(route, str(status)),
+                self.duration.labels(route),
+            )
+        requests, durations = children
+        requests.inc()
+        durations.observe(duration)
         for kind, amount in counts.items():
-            self.repairs.labels(kind, route).inc(amount)
-            if event := SIGNATURE_EVENTS.get(kind):
-                self.signatures.labels(event).inc(amount)
+            counters = self._counters.get((kind, route))
+            if counters is None:
+                counters = self._counters[(kind, route)] = self._repair_counters(kind, route)
+            for counter in counters:
+                counter.inc(amount)
+
+    def _repair_counters(self, kind: str, route: str) -> tuple[Counter, ...]:
+        repairs = self.repairs.labels(kind, route)
+        event = SIGNATURE_EVENTS.get(kind)
+        return (repairs, self.signatures.labels(event)) if event else (repairs,)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

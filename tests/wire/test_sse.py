@@ -92,3 +92,24 @@ def test_encode_round_trips_through_decoder() -> None:
 def test_random_cuts(cuts: list[int]) -> None:
     events = decode_in_parts(STREAM, cuts)
     assert [(e.data, e.event) for e in events] == EXPECTED
+
+
+_LINES = st.sampled_from(
+    [b'data: {"a": 1}', b"data:{}", b"data", b": comment", b"event: x", b"data: [DONE]", b""]
+)
+
+
+@given(st.lists(st.tuples(_LINES, st.sampled_from([b"\n", b"\r\n", b"\n\n"])), max_size=8))
+def test_whole_events_in_one_piece_read_as_byte_by_byte(parts: list[tuple[bytes, bytes]]) -> None:
+    """The one-pass reading of a piece of whole single-line events (the common framing) gives
+    exactly the events the line-by-line reading gives, whatever the piece holds."""
+    stream = b"".join(line + end for line, end in parts)
+    whole = SSEDecoder()
+    at_once = whole.feed(stream) + whole.flush()
+    slow = SSEDecoder()
+    one_by_one = [event for i in range(len(stream)) for event in slow.feed(stream[i : i + 1])]
+    one_by_one += slow.flush()
+    assert [(e.raw, e.data, e.event) for e in at_once] == [
+        (e.raw, e.data, e.event) for e in one_by_one
+    ]
+    assert whole.splits == slow.splits
