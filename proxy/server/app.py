@@ -7,6 +7,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
+from typing import Any
 
 import httpx
 from starlette.applications import Starlette
@@ -31,8 +32,8 @@ from proxy.server.metrics import CONTENT_TYPE, Metrics
 from proxy.server.paths import UnsafePath, checked_relative
 from proxy.server.startup import startup_line
 from proxy.server.tracing import Tracing
-from proxy.settings.schema import ConfigError, Settings
-from proxy.settings.values import parse_keys
+from proxy.settings.schema import Settings
+from proxy.settings.values import ConfigError, parse_keys
 from proxy.upstream.body_decoding import decoder_for
 from proxy.upstream.context import UPSTREAM, UpstreamContext
 from proxy.upstream.failures import describe_failure, upstream_origin
@@ -232,7 +233,7 @@ class Proxy:
             )
 
     def _exchange(
-        self, request: Request, request_id: str, body: dict, route: UpstreamRoute
+        self, request: Request, request_id: str, body: dict[str, Any], route: UpstreamRoute
     ) -> Exchange:
         # Every credential form the proxy forwards names the tenant, `?key=` included.
         query = request.scope.get("query_string", b"")
@@ -289,7 +290,11 @@ class Proxy:
         return await self._dispatch(route, outgoing, exchange)
 
     async def _without_rejected(
-        self, route: UpstreamRoute, body: dict, upstream: httpx.Response, exchange: Exchange
+        self,
+        route: UpstreamRoute,
+        body: dict[str, Any],
+        upstream: httpx.Response,
+        exchange: Exchange,
     ) -> httpx.Response | Response:
         """The one exception to sending once: a 400/422 naming top-level parameters the
         request sent (upstream/parameter_fallback.py) was refused before anything was
@@ -384,7 +389,7 @@ def _plain_exchange(request: Request, request_id: str, route: str, model: object
     )
 
 
-def _after_first_segment(scope: dict) -> bytes:
+def _after_first_segment(scope: Mapping[str, Any]) -> bytes:
     """The client's raw path after `/v1/`, as sent (the app normalised it once already)."""
     raw_path: bytes = scope.get("raw_path") or scope["path"].encode()
     return raw_path.lstrip(b"/").partition(b"/")[2]

@@ -14,7 +14,8 @@ import httpx
 from proxy.repair.markup.rules import MarkupRules
 from proxy.repair.profiles import MessageRules, ProviderProfile, profile_for
 from proxy.repair.tenancy import upstream_identity
-from proxy.settings.schema import ConfigError, Settings, UpstreamSettings
+from proxy.settings.schema import Settings, UpstreamSettings
+from proxy.settings.values import ConfigError
 from proxy.wire.credentials import CREDENTIAL_PARAMETERS
 
 DEFAULT_ROUTE = "default"
