@@ -255,20 +255,16 @@ async def test_the_connection_set_is_the_servers() -> None:
 
 async def test_uvicorn_logs_through_the_logger_the_subclass_replaces() -> None:
     made, _, transport = base_protocol()
-    messages: list[logging.LogRecord] = []
+    messages: list[object] = []
 
-    class Kept(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            messages.append(record)
+    class Kept(logging.Logger):
+        """Keeps its warnings whatever other tests did to logging's levels."""
 
-    own = logging.getLogger("tests.uvicorn_internals")
-    handler = Kept()
-    own.addHandler(handler)
-    try:
-        made.logger = own
-        made.data_received(b"\x00 not http\r\n\r\n")
-    finally:
-        own.removeHandler(handler)
+        def warning(self, msg: object, *args: object, **kwargs: Any) -> None:
+            messages.append(msg)
+
+    made.logger = Kept("tests.uvicorn_internals")
+    made.data_received(b"\x00 not http\r\n\r\n")
     assert messages and transport.written.startswith(b"HTTP/1.1 400"), (
         "a malformed request no longer goes through HttpToolsProtocol.logger and a 400; "
         f"{LIMITS} replaces that logger so uvicorn's warnings are the proxy's"
