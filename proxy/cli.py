@@ -13,8 +13,8 @@ from typing import Any, NoReturn
 import orjson
 
 from proxy import __version__
-from proxy.settings.schema import ENVIRONMENT_KEYS, LOG_LEVELS, PROFILE_NAMES, ConfigError, Settings
-from proxy.settings.values import flatten, parse_keys
+from proxy.settings.schema import ENVIRONMENT_KEYS, LOG_LEVELS, PROFILE_NAMES, Settings
+from proxy.settings.values import ConfigError, flatten, parse_keys
 
 # The parent's effective settings, for worker processes (they cannot receive objects).
 SETTINGS_ENVIRONMENT = "STREAMFIX_EFFECTIVE_SETTINGS"
@@ -59,7 +59,7 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Every option's default in its help, except where there is none to show (None: not
     given; False: a switch that is off) or the help says it already."""
 
-    def _get_help_string(self, action: argparse.Action) -> str:
+    def _get_help_string(self, action: argparse.Action) -> str | None:
         if action.default in (None, False, argparse.SUPPRESS) or "default:" in (action.help or ""):
             return action.help or ""
         return super()._get_help_string(action)

@@ -106,8 +106,9 @@ def error_message(body: bytes) -> str:
         document = document[0]
     if isinstance(document, dict):
         error = document.get("error", document)
-        if isinstance(error, dict) and isinstance(error.get("message"), str):
-            return error["message"][:300]
+        message = error.get("message") if isinstance(error, dict) else None
+        if isinstance(message, str):
+            return message[:300]
         if isinstance(error, str):
             return error[:300]
     return body.decode("utf-8", "replace")[:200]

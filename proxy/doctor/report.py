@@ -62,8 +62,8 @@ class Row:
             same = left == [p.text for p in self.direct]
             done = f"{done}; the client still gets " + ("the same" if same else "; ".join(left))
         if self.with_config is not None:
-            key, left = self.with_config
-            outcome = "; ".join(p.text for p in left) if left else "fixed"
+            key, remaining = self.with_config
+            outcome = "; ".join(p.text for p in remaining) if remaining else "fixed"
             done = f"{done}; with {key}: {outcome}"
         return done
 

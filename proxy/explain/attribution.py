@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,7 +101,9 @@ class _Watched(Repair):
     async def on_response(self, body: dict[str, Any]) -> bool:
         return await self._on_body(self.inner.on_response, body)
 
-    async def _on_body(self, hook: Any, body: dict[str, Any]) -> bool:
+    async def _on_body(
+        self, hook: Callable[[dict[str, Any]], Awaitable[bool]], body: dict[str, Any]
+    ) -> bool:
         before, original = self._chain.snapshot(), _copy(body)
         try:
             changed = await hook(body)

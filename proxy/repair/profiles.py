@@ -13,7 +13,7 @@ here: adding a provider means adding rules, not code.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypedDict
 from urllib.parse import urlsplit
 
 Path = tuple[str, ...]
@@ -131,7 +131,16 @@ class ProviderProfile:
         return bool(self.receipts)
 
 
-_GOOGLE = {
+class _ReceiptFields(TypedDict, total=False):
+    """ProviderProfile's receipt fields, shared by several profiles as `**` keywords."""
+
+    receipts: tuple[ReceiptRule, ...]
+    first_call_placeholder: ReceiptPlaceholder | None
+    foreign_metadata: tuple[Path, ...]
+    foreign_kept_where_issued: bool
+
+
+_GOOGLE: _ReceiptFields = {
     "receipts": (
         ReceiptRule("signatures", SIGNATURE, "call"),
         ReceiptRule("signatures", VERTEX_SIGNATURE, "call"),
@@ -160,7 +169,7 @@ _OBSERVED = (
     ReceiptRule("reasoning_details", ("reasoning_details",), "text_turn", "by_index"),
     ReceiptRule("reasoning_content", ("reasoning_content",), "tool_turn", "concat"),
 )
-_EVIDENCE = {
+_EVIDENCE: _ReceiptFields = {
     "receipts": _OBSERVED,
     "foreign_metadata": _NOT_GOOGLE,
     "foreign_kept_where_issued": True,

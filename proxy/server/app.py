@@ -35,8 +35,8 @@ from proxy.server.record import ExchangeRecord
 from proxy.server.startup import startup_line
 from proxy.server.tracing import Tracing
 from proxy.settings.chain import chain_options
-from proxy.settings.schema import ConfigError, Settings
-from proxy.settings.values import parse_keys
+from proxy.settings.schema import Settings
+from proxy.settings.values import ConfigError, parse_keys
 from proxy.upstream.body_decoding import decoder_for
 from proxy.upstream.context import UPSTREAM, UpstreamContext, client_copy_of
 from proxy.upstream.failures import describe_failure, upstream_origin
@@ -403,7 +403,7 @@ def _plain_record(request: Request, request_id: str, route: str, model: object) 
     return ExchangeRecord(exchange, route=route, method=request.method, path=request.url.path)
 
 
-def _after_first_segment(scope: dict) -> bytes:
+def _after_first_segment(scope: Mapping[str, Any]) -> bytes:
     """The client's raw path after `/v1/`, as sent (the app normalised it once already)."""
     raw_path: bytes = scope.get("raw_path") or scope["path"].encode()
     return raw_path.lstrip(b"/").partition(b"/")[2]

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from proxy.server.delivery import REPAIRS_HEADER
 from proxy.server.errors import error_response
@@ -25,7 +26,7 @@ class StreamfixApp(Starlette):
     sees, skips the router and the two exception middlewares (about a tenth of the proxy's own
     time per request in a profile). Every other path and the lifespan go through Starlette."""
 
-    def __init__(self, hot_handler: Handler, **kwargs) -> None:
+    def __init__(self, hot_handler: Handler, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._hot_handler = hot_handler
 
@@ -58,7 +59,7 @@ def _with_repairs_header(send: Send) -> Send:
     """Every response says what the proxy changed: the exchanges say it themselves, and the
     rest (health, metrics, a 404) changed nothing."""
 
-    async def sending(message: dict) -> None:
+    async def sending(message: Message) -> None:
         if message["type"] == "http.response.start":
             headers = message.get("headers") or []
             if not any(name.lower() == REPAIRS_HEADER for name, _ in headers):

@@ -1,8 +1,9 @@
 """uvicorn's httptools protocol with limits on what a client may hold open.
 
-uvicorn (0.54) times a connection out only between requests (`timeout_keep_alive`, armed when
-a response completes): a connection that never sends a whole head is held for ever, and
-httptools puts no bound on a head's size. This subclass adds, per connection:
+uvicorn (0.55, the minor pyproject.toml pins) times a connection out only between requests
+(`timeout_keep_alive`, armed when a response completes): a connection that never sends a whole
+head is held for ever, and httptools puts no bound on a head's size. This subclass adds, per
+connection:
 
 - a head deadline: a fresh connection must deliver its first complete request head within
   `server.header_timeout_seconds`, and every later head within that time of its first byte;
@@ -16,6 +17,10 @@ httptools puts no bound on a head's size. This subclass adds, per connection:
 
 The body itself, while the app reads it, is timed by `proxy.server.chat_request.read_body`. Nothing
 here runs while a response is being sent: the limits are on the client's request only.
+
+It relies on the protocol's internals (its per-connection state and parser callbacks), which
+uvicorn changes between minors: tests/test_third_party_internals.py names what it uses and
+fails, saying what moved, the day an upgrade breaks one.
 
 The limits come from the uvicorn Config (`client_limits`, see proxy/server/serving.py), which
 uvicorn also pickles to worker processes. Only httptools is subclassed: it is a dependency of the

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from proxy.upstream.headers import RawHeaders
 
 if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
     from opentelemetry.trace import Span, TracerProvider
 
     from proxy.server.record import ExchangeRecord
@@ -53,7 +54,9 @@ def wanted(environ: Mapping[str, str]) -> bool:
 class Tracing:
     """Spans for exchanges, from one tracer provider (the environment's, or a test's)."""
 
-    def __init__(self, provider: TracerProvider, owned: bool = False) -> None:
+    def __init__(self, provider: TracerProvider, owned: SdkTracerProvider | None = None) -> None:
+        """`owned`: `provider` again when it was built here, the SDK's, which `shutdown` flushes
+        and stops (a test's provider is its own)."""
         # Imported here, never at module level: off, the proxy must not load opentelemetry.
         from opentelemetry import trace
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -63,7 +66,7 @@ class Tracing:
         self._trace = trace
         self._tracer = provider.get_tracer("streamfix", __version__)
         self._provider = provider
-        self._owned = owned  # only a provider built here is flushed and shut down here
+        self._owned = owned
         self._propagator = TraceContextTextMapPropagator()
 
     @classmethod
@@ -84,7 +87,7 @@ class Tracing:
         except LookupError as exc:
             logger.warning("OTEL_TRACES_EXPORTER: %s: tracing is off", exc.args[0])
             return None
-        return cls(provider, owned=True)
+        return cls(provider, owned=provider)
 
     def start(
         self,
@@ -145,11 +148,11 @@ class Tracing:
 
     def shutdown(self) -> None:
         """Flush and stop the provider built from the environment (a test's is its own)."""
-        if self._owned:
-            self._provider.shutdown()
+        if self._owned is not None:
+            self._owned.shutdown()
 
 
-def _provider_from_environ(environ: Mapping[str, str]) -> TracerProvider:
+def _provider_from_environ(environ: Mapping[str, str]) -> SdkTracerProvider:
     """An SDK provider with a batching processor and the configured exporter. The SDK reads
     the rest itself (service name, resource attributes, sampler, endpoint, headers)."""
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource

@@ -20,10 +20,11 @@ import itertools
 import socket
 import ssl
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 ATTEMPT_DELAY = 0.25  # RFC 8305's recommended Connection Attempt Delay
 AddrInfo = tuple[Any, ...]  # (family, type, proto, canonname, sockaddr), as getaddrinfo gives it
+ProtocolT = TypeVar("ProtocolT", bound=asyncio.Protocol)
 
 
 async def resolve(loop: asyncio.AbstractEventLoop, host: str, port: int) -> list[AddrInfo]:
@@ -34,13 +35,13 @@ async def resolve(loop: asyncio.AbstractEventLoop, host: str, port: int) -> list
 
 async def open_connection(
     loop: asyncio.AbstractEventLoop,
-    protocol_factory: Callable[[], asyncio.Protocol],
+    protocol_factory: Callable[[], ProtocolT],
     host: str,
     port: int,
     *,
     ssl_context: ssl.SSLContext | None,
     delay: float = ATTEMPT_DELAY,
-) -> tuple[asyncio.BaseTransport, Any]:
+) -> tuple[asyncio.BaseTransport, ProtocolT]:
     """`loop.create_connection` to `host`, racing its addresses when it has more than one."""
     server_hostname = host if ssl_context else None
     if is_ip_literal(host):

@@ -279,8 +279,8 @@ def _as_httpx(exc: Exception, request: httpx.Request, phase: str) -> Exception:
     if isinstance(exc, httpx.HTTPError):
         return exc
     if isinstance(exc, TimeoutError):
-        kind = {"connect": httpx.ConnectTimeout, "write": httpx.WriteTimeout}
-        return kind.get(phase, httpx.ReadTimeout)(f"{phase} timed out", request=request)
+        timeout = {"connect": httpx.ConnectTimeout, "write": httpx.WriteTimeout}
+        return timeout.get(phase, httpx.ReadTimeout)(f"{phase} timed out", request=request)
     if isinstance(exc, Failure):
         return _FAILURES.get(type(exc), httpx.RemoteProtocolError)(str(exc), request=request)
     if isinstance(exc, httptools.HttpParserError):

@@ -175,10 +175,10 @@ class ReplayTransport(httpx.AsyncBaseTransport):
             f"the nearest is {name}, which differs at {difference}"
         )
         logger.warning("%s", message)
-        body = {
+        error = {
             "error": {"message": message, "type": "replay_error", "code": "no_matching_cassette"}
         }
-        return httpx.Response(502, json=body)
+        return httpx.Response(502, json=error)
 
 
 class _ReplayedStream(httpx.AsyncByteStream):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 import orjson
 
@@ -173,7 +173,7 @@ class CallAssembler:
         return call
 
 
-def _nonempty_str(value: Any) -> bool:
+def _nonempty_str(value: Any) -> TypeGuard[str]:
     return isinstance(value, str) and value != ""
 
 

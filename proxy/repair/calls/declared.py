@@ -50,7 +50,9 @@ class DeclaredTools:
         tools = request.get("tools")
         for tool in tools if isinstance(tools, list) else ():
             function = tool.get("function") if isinstance(tool, dict) else None
-            name = function.get("name") if isinstance(function, dict) else None
+            if not isinstance(function, dict):
+                continue
+            name = function.get("name")
             if isinstance(name, str) and name and name not in schemas:
                 parameters = function.get("parameters")
                 schemas[name] = parameters if parameters is not None else {"type": "object"}

@@ -159,7 +159,7 @@ class ReasoningSplitter:
                     self.watch(text)
                 content.append(text)
                 break
-            if state is _AFTER_THINK:
+            if isinstance(state, _AfterThink):
                 text = text.lstrip(WHITESPACE)
                 if text:
                     self._state = None

@@ -124,7 +124,9 @@ def calls_of(message: Message) -> list[dict[str, Any]]:
     return objects_in(message.get("tool_calls"))
 
 
-def _targets(messages: list[Any], profile: ProviderProfile) -> Iterator[tuple[dict, tuple, str]]:
+def _targets(
+    messages: list[Any], profile: ProviderProfile
+) -> Iterator[tuple[dict[str, Any], tuple[ReceiptRule, ...], str]]:
     """(object, its rules, its store key) for every call and message that could carry one."""
     call_rules = profile.rules("call")
     for message, prompt in assistant_messages(messages):

@@ -63,8 +63,8 @@ class HistoryRepair(Repair):
         ids = self._unique_call_ids(assistant)
         # The k-th result carrying an id answers the k-th call that had that id.
         wanted: dict[str, list[str]] = {}
-        for original, final in ids:
-            wanted.setdefault(original, []).append(final)
+        for first, final in ids:
+            wanted.setdefault(first, []).append(final)
         answered: dict[str, dict[str, Any]] = {}
         for result in results:
             original = result.get("tool_call_id")

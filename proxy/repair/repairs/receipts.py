@@ -90,8 +90,9 @@ class ReceiptRepair(Repair):
         placeholders = 0
         if self._placeholder_on_miss:
             placeholders = injection.fill_current_turn(messages, self._profile)
-        if placeholders:
-            kind = f"{self._profile.first_call_placeholder.kind}_placeholders"
+        placeholder = self._profile.first_call_placeholder
+        if placeholders and placeholder is not None:  # none put without one
+            kind = f"{placeholder.kind}_placeholders"
             self._exchange.note(kind, "%d current-turn step(s) had no receipt", placeholders)
         for kind, amount in injection.missing_required(messages, self._profile).items():
             self._exchange.note(f"{kind}_missing", "%d tool turn(s) without it", amount)
@@ -174,10 +175,10 @@ class ReceiptRepair(Repair):
             if call_id and receipt:
                 self._calls.setdefault(call_id, {}).update(receipt)
 
-    def _capture_message(self, message: dict[str, Any], values: dict[tuple, Any]) -> None:
+    def _capture_message(self, message: dict[str, Any], values: dict[tuple[str, ...], Any]) -> None:
         self._capture(injection.message_key(message, self._prompt()), values)
 
-    def _capture(self, named: tuple[str, str] | None, values: dict[tuple, Any]) -> None:
+    def _capture(self, named: tuple[str, str] | None, values: dict[tuple[str, ...], Any]) -> None:
         if named is None:
             return
         scope, key = named

@@ -57,6 +57,7 @@ class TextToolCallRepair(Repair):
             index = choice_index(choice)
             recogniser = self._recogniser(index)
             content = delta.get("content")
+            calls: list[RecognisedCall]
             text, calls = content, []
             if type(content) is str and content and index not in self._finished:
                 text, calls = recogniser.feed(content)
@@ -96,7 +97,9 @@ class TextToolCallRepair(Repair):
         self._envelope = envelope(body)
         for choice in choices_of(body):
             message = choice.get("message")
-            content = message.get("content") if isinstance(message, dict) else None
+            if not isinstance(message, dict):
+                continue
+            content = message.get("content")
             if type(content) is not str or not content:
                 continue
             index = choice_index(choice)
@@ -154,7 +157,9 @@ class TextToolCallRepair(Repair):
             first = recogniser.recognised - len(calls)
             delta["tool_calls"] = known + self._entries(index, calls, first)
 
-    def _entries(self, choice: int, calls: list[RecognisedCall], first: int) -> list[dict]:
+    def _entries(
+        self, choice: int, calls: list[RecognisedCall], first: int
+    ) -> list[dict[str, Any]]:
         """Calls as delta (or message) entries: whole, with an index, a type and an id (the
         model's own where it wrote one; else derived, so a replayed exchange gets the same)."""
         messages = self._exchange.request.get("messages")

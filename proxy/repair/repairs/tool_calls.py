@@ -76,7 +76,9 @@ class ToolCallRepair(Repair):
         changed = False
         for choice in choices_of(body):
             message = choice.get("message")
-            calls = message.get("tool_calls") if isinstance(message, dict) else None
+            if not isinstance(message, dict):
+                continue
+            calls = message.get("tool_calls")
             if isinstance(calls, list) and calls:
                 before = orjson.dumps(calls)
                 self._envelope = envelope(body)
@@ -248,7 +250,8 @@ class ToolCallRepair(Repair):
         function = call.get("function")
         if not isinstance(function, dict):
             return True
-        arguments = function.get("arguments") if isinstance(function.get("arguments"), str) else ""
+        raw_arguments = function.get("arguments")
+        arguments = raw_arguments if isinstance(raw_arguments, str) else ""
         if not function.get("name"):
             name = unambiguous_tool_name(self._exchange.request, arguments)
             if name is None:

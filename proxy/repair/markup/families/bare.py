@@ -165,7 +165,9 @@ class LlamaJson(MarkupFamily):
         start = self._start(span, opener)
         while True:
             stop = balanced_end(span, start)
-            call = None if stop is None else self._call(json_dict(span[start:stop]))
+            if stop is None:
+                return None
+            call = self._call(json_dict(span[start:stop]))
             if call is None:
                 return None
             calls.append(call)
@@ -216,10 +218,10 @@ def _literal(node: ast.expr) -> Any:
         return [_literal(item) for item in node.elts]
     elif isinstance(node, ast.Dict):
         result = {}
-        for key, value in zip(node.keys, node.values, strict=True):
+        for key, item in zip(node.keys, node.values, strict=True):
             if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
                 raise _NotLiteral
-            result[key.value] = _literal(value)
+            result[key.value] = _literal(item)
         return result
     raise _NotLiteral
 

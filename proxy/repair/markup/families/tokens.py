@@ -168,18 +168,19 @@ class Harmony(MarkupFamily):
     def name(self, span: str, opener: str) -> Named:
         position = len(opener)
         if opener == "<|start|>":
-            position = expect(span, position, "assistant")
-            if position is None:
+            after = expect(span, position, "assistant")
+            if after is None:
                 return REFUSED
-            if position == MORE or position == len(span):
+            if after == MORE or after == len(span):
                 return None
-            if span[position] != "<":
-                return self._recipient(span, position)
-            position = expect(span, position, "<|channel|>")
-            if position is None:
+            if span[after] != "<":
+                return self._recipient(span, after)
+            after = expect(span, after, "<|channel|>")
+            if after is None:
                 return REFUSED
-            if position == MORE:
+            if after == MORE:
                 return None
+            position = after
         channel_end = position
         while channel_end < len(span) and span[channel_end].isalpha():
             channel_end += 1
