@@ -27,6 +27,13 @@ from proxy.repair.profiles import (
 
 SCHEMA_DIALECT_NAMES = ("auto", "none", *DIALECTS)
 TOOL_NAME_RULE_NAMES = ("auto", "none", *TOOL_NAME_RULES)
+LEARNABLE_KEYS = (
+    "schema_dialect",
+    "tool_names",
+    *(rule.name for rule in fields(MessageRules)),
+)
+"""The keys an upstream's refusal may set for a route while they are "auto"
+(proxy/upstream/refusal_rules.py): a key set explicitly, to any value, is never learned."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +112,8 @@ class RouteRules:
     """What the markup repairs may do with text that is really calls or reasoning."""
     learn_rejected_parameters: bool = True
     """A 400/422 naming a parameter gets one more send without it, and is remembered."""
+    learnable: frozenset[str] = frozenset(LEARNABLE_KEYS)
+    """The keys of `LEARNABLE_KEYS` the route left "auto": the ones a refusal may set."""
 
 
 def resolve(keys: RouteRuleKeys, profile: ProviderProfile) -> RouteRules:
@@ -121,6 +130,7 @@ def resolve(keys: RouteRuleKeys, profile: ProviderProfile) -> RouteRules:
         ),
         markup=MarkupRules(**{rule.name: getattr(keys, rule.name) for rule in fields(MarkupRules)}),
         learn_rejected_parameters=keys.learn_rejected_parameters,
+        learnable=frozenset(key for key in LEARNABLE_KEYS if getattr(keys, key) == "auto"),
     )
 
 

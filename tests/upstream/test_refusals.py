@@ -121,8 +121,12 @@ class ToolChoiceRefused:
         said = "tool_choice required is not supported" in error
         return ("tool_choice:required",) if said and request.get("tool_choice") else ()
 
-    def apply(self, body: dict[str, Any], keys: Iterable[str]) -> None:
+    def learns(self, rules: RouteRules) -> bool:
+        return True
+
+    def apply(self, body: dict[str, Any], keys: Iterable[str]) -> bool:
         body["tool_choice"] = "auto"
+        return True
 
     def candidates(self, request: Mapping[str, Any]) -> list[str]:
         return ["tool_choice:required"] if request.get("tool_choice") == "required" else []
