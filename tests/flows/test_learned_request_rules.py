@@ -13,7 +13,7 @@ came; two proxies sharing a real Redis learn it once.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
@@ -21,6 +21,8 @@ import orjson
 import pytest
 import redis
 
+from proxy.settings.schema import Settings
+from proxy.upstream.rules_view import learned
 from tests.support.message_upstreams import (
     deepseek_roles,
     kimi_tool_content,
@@ -344,6 +346,13 @@ def test_two_proxies_sharing_a_redis_learn_it_once() -> None:
             assert fake.refused() == [True, False, False]  # proxy B sent it right at once
             keys = learned_keys(server)
             assert len(keys) == 1 and keys[0].endswith(b":developer_role:system")
+            # `streamfix config` shows it beside the route's keys.
+            upstream = Settings().with_values({"upstream.base_url": base_url}).upstream
+            shown = learned(server.url, upstream)
+            assert shown == "developer_role:system (model m, refused with 422)"
+            assert learned(server.url, replace(upstream, base_url="http://127.0.0.1:1/v1")) == (
+                "nothing yet"
+            )
 
 
 def learned_keys(server: RedisServer) -> list[bytes]:
