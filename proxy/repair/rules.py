@@ -40,7 +40,9 @@ LEARNABLE_KEYS = (
 class RouteRuleKeys:
     """The keys of an `[upstream]` or `[[routes]]` table that decide what the repairs do for
     that route, as the config file spells them (the settings inherit them: the table stays
-    flat). Each key that can be "auto" defaults to it: the profile decides."""
+    flat). Each key that can be "auto" defaults to it: the profile decides, and the upstream's
+    own refusal may teach it (`LEARNABLE_KEYS`); any other value is the route's, never learned
+    over."""
 
     text_tool_calls: bool = True
     """Turn tool-call markup the upstream wrote as content into real tool calls (only for
@@ -112,8 +114,10 @@ class RouteRules:
     """What the markup repairs may do with text that is really calls or reasoning."""
     learn_rejected_parameters: bool = True
     """A 400/422 naming a parameter gets one more send without it, and is remembered."""
-    learnable: frozenset[str] = frozenset(LEARNABLE_KEYS)
-    """The keys of `LEARNABLE_KEYS` the route left "auto": the ones a refusal may set."""
+    learnable: frozenset[str] = field(default=frozenset(LEARNABLE_KEYS), compare=False)
+    """The keys of `LEARNABLE_KEYS` the route left "auto": the ones a refusal may set. Not
+    compared: two routes whose repairs do the same have the same rules (doctor asks whether a
+    key changes anything)."""
 
 
 def resolve(keys: RouteRuleKeys, profile: ProviderProfile) -> RouteRules:
