@@ -1,0 +1,208 @@
+"""A non-streamed completion as a one-event stream, and the repaired stream folded back.
+
+Every repair is written once, for a stream: a non-streamed `chat.completion` goes through the
+same links as the one chunk a stream would have carried it in (each choice's `message` as its
+`delta`, its `finish_reason` on the same chunk, every other key kept), and what the links send
+for it (that chunk, changed or split, and their closing chunks) is folded back into one
+completion body: texts concatenated, calls merged by `index`, the last finish of each choice.
+
+A message's calls carry no `index` (a list needs none), but the links key calls by it, so each
+call gets its position for the trip only. Calls come out of ToolCallRepair rebuilt with only
+the fields it knows; the fold puts back, from the upstream's own call at that position, every
+key it did not send (a vendor's extra field), in the upstream's key order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from proxy.repair.chunks import choice_index
+from proxy.wire.json_shapes import integer
+
+# Delta fields that stream as text pieces: folded back by concatenation.
+_TEXT_FIELDS = frozenset({"content", "reasoning_content", "reasoning", "refusal"})
+
+
+class OneEvent:
+    """One non-streamed completion on its trip through the stream links: `chunk` is what the
+    links are handed; `fold` turns what they sent back into a completion body."""
+
+    def __init__(self, body: dict[str, Any]) -> None:
+        self._body = body
+        self._message_calls: dict[int, list[Any]] = {}
+        """Per choice, the upstream's own calls, by their position (the trip's index)."""
+        chunk = dict(body)
+        chunk["object"] = "chat.completion.chunk"
+        choices = body.get("choices")
+        if isinstance(choices, list):
+            # A choice without a message (a chunk's shape served as a body, garbage) has nothing
+            # for the links: it is not handed to them, and goes out as received.
+            chunk["choices"] = [
+                self._streamed(c)
+                for c in choices
+                if isinstance(c, dict) and isinstance(c.get("message"), dict)
+            ]
+        self.chunk = chunk
+
+    def _streamed(self, choice: dict[str, Any]) -> dict[str, Any]:
+        """The choice as a stream's: its message as the delta, at the same place. Copied down
+        to each call's `function`, the objects the links edit in place, so the body itself
+        stays as received (the fold compares with it)."""
+        streamed: dict[str, Any] = {}
+        for key, value in choice.items():
+            if key == "delta":
+                continue  # a chunk's field in a completion: not the links' to read (kept as is)
+            if key == "message":
+                key, value = "delta", self._delta(choice_index(choice), value)
+            streamed[key] = value
+        return streamed
+
+    def _delta(self, index: int, message: dict[str, Any]) -> dict[str, Any]:
+        delta = dict(message)
+        calls = message.get("tool_calls")
+        if isinstance(calls, list):
+            self._message_calls[index] = calls
+            delta["tool_calls"] = [
+                _with_index(call, position) if isinstance(call, dict) else call
+                for position, call in enumerate(calls)
+            ]
+        return delta
+
+    def fold(self, chunks: Iterable[dict[str, Any]]) -> dict[str, Any]:
+        """The completion the links' `chunks` say, in the body's own key order; `object` and
+        every top-level key other than `choices` as received."""
+        messages: dict[int, _Message] = {}
+        finishes: dict[int, Any] = {}
+        for chunk in chunks:
+            choices = chunk.get("choices")
+            for choice in choices if isinstance(choices, list) else ():
+                if not isinstance(choice, dict):
+                    continue
+                index = choice_index(choice)
+                delta = choice.get("delta")
+                if isinstance(delta, dict):
+                    messages.setdefault(index, _Message()).add(delta)
+                if choice.get("finish_reason") is not None:
+                    finishes[index] = choice["finish_reason"]
+        folded = dict(self._body)
+        choices = self._body.get("choices")
+        if isinstance(choices, list):
+            folded["choices"] = [
+                self._folded_choice(c, messages, finishes) if isinstance(c, dict) else c
+                for c in choices
+            ]
+        return folded
+
+    def _folded_choice(
+        self, choice: dict[str, Any], messages: dict[int, _Message], finishes: dict[int, Any]
+    ) -> dict[str, Any]:
+        index = choice_index(choice)
+        folded = dict(choice)
+        message = choice.get("message")
+        if not isinstance(message, dict):
+            return folded  # not handed to the links
+        built = messages.get(index)
+        if built is not None:
+            folded["message"] = built.message(message, self._message_calls.get(index, []))
+        if index in finishes:
+            folded["finish_reason"] = finishes[index]
+        return folded
+
+
+def _with_index(call: dict[str, Any], position: int) -> dict[str, Any]:
+    trip = dict(call)
+    trip["index"] = position
+    if isinstance(call.get("function"), dict):
+        trip["function"] = dict(call["function"])
+    return trip
+
+
+class _Message:
+    """One choice's deltas merged as a client accumulates them."""
+
+    def __init__(self) -> None:
+        self.fields: dict[str, Any] = {}
+        self.calls: dict[Any, dict[str, Any]] = {}
+        """By index, in order of first appearance."""
+
+    def add(self, delta: dict[str, Any]) -> None:
+        for key, value in delta.items():
+            if key == "tool_calls" and isinstance(value, list):
+                self.fields.setdefault(key, None)  # its place among the keys
+                for entry in value:
+                    self._add_call(entry)
+            elif key in _TEXT_FIELDS and isinstance(value, str):
+                earlier = self.fields.get(key)
+                self.fields[key] = (earlier if isinstance(earlier, str) else "") + value
+            elif self.fields.get(key) is None:
+                self.fields[key] = value
+
+    def _add_call(self, entry: Any) -> None:
+        if not isinstance(entry, dict):
+            return
+        index = integer(entry.get("index"))
+        key: Any = index if index is not None else ("unindexed", len(self.calls))
+        known = self.calls.get(key)
+        if known is None:
+            self.calls[key] = {
+                k: dict(v) if k == "function" and isinstance(v, dict) else v
+                for k, v in entry.items()
+            }
+            return
+        for field, value in entry.items():
+            if field == "function" and isinstance(value, dict):
+                function = known.setdefault("function", {})
+                for name, part in value.items():
+                    if name == "arguments" and isinstance(part, str):
+                        earlier = function.get(name)
+                        function[name] = (earlier if isinstance(earlier, str) else "") + part
+                    elif function.get(name) is None:
+                        function[name] = part
+            elif field == "extra_content" or known.get(field) is None:
+                known[field] = value  # a late signature is the whole merged one
+
+    def message(self, original: dict[str, Any], upstream_calls: list[Any]) -> dict[str, Any]:
+        """The merged message in `original`'s key order, new keys after. A key the links took
+        out reads as a client would then see it: `tool_calls` none left, `content` emptied
+        (null beside calls, as OpenAI's)."""
+        fields = dict(self.fields)
+        if "tool_calls" in fields:
+            fields["tool_calls"] = [
+                _folded_call(call, upstream_calls) for call in self.calls.values()
+            ]
+        message: dict[str, Any] = {}
+        for key, value in original.items():
+            if key in fields:
+                message[key] = fields.pop(key)
+            elif key == "tool_calls":
+                message[key] = [] if isinstance(value, list) and value else value
+            elif key == "content" and isinstance(value, str):
+                message[key] = None if fields.get("tool_calls") else ""
+            else:
+                message[key] = value
+        message.update(fields)
+        return message
+
+
+def _folded_call(call: dict[str, Any], upstream_calls: list[Any]) -> dict[str, Any]:
+    """A call as a message carries it: without the trip's index, unless the upstream's own call
+    had one; with the upstream call's other keys back, in its order."""
+    position = integer(call.get("index"))
+    own = None
+    if position is not None and 0 <= position < len(upstream_calls):
+        own = upstream_calls[position]
+    if not isinstance(own, dict):
+        return {key: value for key, value in call.items() if key != "index"}
+    folded: dict[str, Any] = {}
+    for key, value in own.items():
+        if key == "function" and isinstance(value, dict) and isinstance(call.get(key), dict):
+            folded[key] = {**value, **call[key]}
+        elif key != "index" and key in call:
+            folded[key] = call[key]
+        else:
+            folded[key] = value
+    for key, value in call.items():
+        if key not in folded and key != "index":
+            folded[key] = value
+    return folded
