@@ -16,6 +16,7 @@ from proxy.repair.pipeline import RepairChain
 from proxy.repair.receipts.store import MemoryStore
 from proxy.repair.repairs import default_repairs
 from proxy.server.app import create_app
+from proxy.settings.chain import chain_options
 from proxy.settings.schema import Settings
 
 TOOLS = [
@@ -56,7 +57,7 @@ def repaired(body: dict[str, Any], emit: str = "atomic") -> tuple[bool, Exchange
     settings = Settings().with_values({"repairs.strict": True, "tool_calls.emit": emit})
     exchange = Exchange("t", request=copy.deepcopy(REQUEST))
     store = MemoryStore(max_entries=10, ttl_seconds=60)
-    chain = RepairChain(default_repairs(settings, exchange, store), strict=True)
+    chain = RepairChain(default_repairs(chain_options(settings), exchange, store), strict=True)
     return asyncio.run(chain.on_response(body)), exchange
 
 
