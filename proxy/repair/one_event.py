@@ -32,6 +32,8 @@ class OneEvent:
         self._body = body
         self._message_calls: dict[int, list[Any]] = {}
         """Per choice, the upstream's own calls, by their position (the trip's index)."""
+        self._assumed_stop: set[int] = set()
+        """Choices that said no finish and have no calls: "stop" for the trip only."""
         chunk = dict(body)
         chunk["object"] = "chat.completion.chunk"
         choices = body.get("choices")
@@ -56,6 +58,12 @@ class OneEvent:
             if key == "message":
                 key, value = "delta", self._delta(choice_index(choice), value)
             streamed[key] = value
+        if streamed.get("finish_reason") is None and not streamed["delta"].get("tool_calls"):
+            # A whole body is a complete answer, not a stream cut short: without calls it ended
+            # as "stop" would, so no link supplies a finish, and the upstream's null comes back
+            # unless a link changed it (calls found in the text: "tool_calls").
+            streamed["finish_reason"] = "stop"
+            self._assumed_stop.add(choice_index(choice))
         return streamed
 
     def _delta(self, index: int, message: dict[str, Any]) -> dict[str, Any]:
@@ -105,7 +113,8 @@ class OneEvent:
         built = messages.get(index)
         if built is not None:
             folded["message"] = built.message(message, self._message_calls.get(index, []))
-        if index in finishes:
+        assumed = index in self._assumed_stop and finishes.get(index) == "stop"
+        if index in finishes and not assumed:
             folded["finish_reason"] = finishes[index]
         return folded
 

@@ -221,6 +221,10 @@ def proxied(raw: bytes) -> tuple[bytes, str]:
         b'{"choices":[{"message":{"tool_calls":[{"function":{"arguments":"{\\"city\\": \\"P\\"}",'
         b'"name":"get_weather"},"type":"function","id":"call_1"}],"role":"assistant",'
         b'"content":null},"index":0,"finish_reason":"tool_calls"}],"object":"chat.completion"}',
+        # No finish said, no calls: a whole body's null is the upstream's word, kept.
+        b'{"choices":[{"index":0,"message":{"role":"assistant","content":"hi"},'
+        b'"finish_reason":null}]}',
+        b'{"choices":[{"index":0,"message":{"role":"assistant"}}]}',
         # A call list given as null, the way Snowflake says "no calls".
         b'{"choices":[{"index":0,"message":{"role":"assistant","content":"hi","tool_calls":null},'
         b'"finish_reason":"stop"}]}',
@@ -238,3 +242,10 @@ def test_a_repaired_body_reaches_the_client_repaired() -> None:
     (made,) = orjson.loads(sent)["choices"][0]["message"]["tool_calls"]
     assert made["id"].startswith("call_") and "index" not in made
     assert repairs == "finish_reason_rewritten:1,tool_call_id_generated:1"
+
+
+def test_a_missing_finish_beside_calls_becomes_tool_calls() -> None:
+    body = completion({"role": "assistant", "content": None, "tool_calls": [call()]}, finish=None)
+    changed, exchange = repaired(body)
+    assert changed and body["choices"][0]["finish_reason"] == "tool_calls"
+    assert exchange.repairs == {"finish_reason_added": 1}
