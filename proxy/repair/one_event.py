@@ -30,8 +30,12 @@ class OneEvent:
 
     def __init__(self, body: dict[str, Any]) -> None:
         self._body = body
-        self._message_calls: dict[int, list[Any]] = {}
-        """Per choice, the upstream's own calls, by their position (the trip's index)."""
+        self._message_calls: dict[int, list[dict[str, Any]]] = {}
+        """Per choice, the upstream's own function calls, by the trip's index."""
+        self._kept_out: dict[int, list[tuple[int, Any]]] = {}
+        """Per choice, the calls the links are not handed, by their place in the message."""
+        self._places: dict[int, list[int]] = {}
+        """Per choice, the trip's index -> the call's place in the message."""
         self._assumed_stop: set[int] = set()
         """Choices that said no finish and have no calls: "stop" for the trip only."""
         chunk = dict(body)
@@ -40,11 +44,7 @@ class OneEvent:
         if isinstance(choices, list):
             # A choice without a message (a chunk's shape served as a body, garbage) has nothing
             # for the links: it is not handed to them, and goes out as received.
-            chunk["choices"] = [
-                self._streamed(c)
-                for c in choices
-                if isinstance(c, dict) and isinstance(c.get("message"), dict)
-            ]
+            chunk["choices"] = [self._streamed(c) for c in choices if _for_the_links(c)]
         self.chunk = chunk
 
     def _streamed(self, choice: dict[str, Any]) -> dict[str, Any]:
@@ -70,11 +70,18 @@ class OneEvent:
         delta = dict(message)
         calls = message.get("tool_calls")
         if isinstance(calls, list):
-            self._message_calls[index] = calls
-            delta["tool_calls"] = [
-                _with_index(call, position) if isinstance(call, dict) else call
-                for position, call in enumerate(calls)
-            ]
+            trip = self._message_calls[index] = []
+            places = self._places[index] = []
+            kept_out = self._kept_out[index] = []
+            for place, call in enumerate(calls):
+                if _is_function_call(call):
+                    trip.append(call)
+                    places.append(place)
+                else:
+                    # A custom tool's call (`"type": "custom"`) or garbage: no function for the
+                    # links to complete, so not theirs to name or drop; back at its place.
+                    kept_out.append((place, call))
+            delta["tool_calls"] = [_with_index(call, k) for k, call in enumerate(trip)]
         return delta
 
     def fold(self, chunks: Iterable[dict[str, Any]]) -> dict[str, Any]:
@@ -108,15 +115,34 @@ class OneEvent:
         index = choice_index(choice)
         folded = dict(choice)
         message = choice.get("message")
-        if not isinstance(message, dict):
+        if not _for_the_links(choice):
             return folded  # not handed to the links
+        assert isinstance(message, dict)
         built = messages.get(index)
         if built is not None:
-            folded["message"] = built.message(message, self._message_calls.get(index, []))
+            folded["message"] = built.message(
+                message,
+                self._message_calls.get(index, []),
+                self._places.get(index, []),
+                self._kept_out.get(index, []),
+            )
         assumed = index in self._assumed_stop and finishes.get(index) == "stop"
         if index in finishes and not assumed:
             folded["finish_reason"] = finishes[index]
         return folded
+
+
+def _for_the_links(choice: Any) -> bool:
+    """A choice with a message, unless its calls are all ones the links must not touch (then
+    its finish, "tool_calls", would read to them as a finish without calls)."""
+    if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):
+        return False  # a chunk's shape served as a body, garbage: as received
+    calls = choice["message"].get("tool_calls")
+    return not (isinstance(calls, list) and calls and not any(map(_is_function_call, calls)))
+
+
+def _is_function_call(call: Any) -> bool:
+    return isinstance(call, dict) and isinstance(call.get("function"), dict)
 
 
 def _with_index(call: dict[str, Any], position: int) -> dict[str, Any]:
@@ -171,21 +197,35 @@ class _Message:
             elif field == "extra_content" or known.get(field) is None:
                 known[field] = value  # a late signature is the whole merged one
 
-    def message(self, original: dict[str, Any], upstream_calls: list[Any]) -> dict[str, Any]:
+    def message(
+        self,
+        original: dict[str, Any],
+        upstream_calls: list[dict[str, Any]],
+        places: list[int],
+        kept_out: list[tuple[int, Any]],
+    ) -> dict[str, Any]:
         """The merged message in `original`'s key order, new keys after. A key the links took
         out reads as a client would then see it: `tool_calls` none left, `content` emptied
         (null beside calls, as OpenAI's)."""
         fields = dict(self.fields)
         if "tool_calls" in fields:
-            fields["tool_calls"] = [
-                _folded_call(call, upstream_calls) for call in self.calls.values()
-            ]
+            placed = list(kept_out)
+            added = []
+            for call in self.calls.values():
+                k = integer(call.get("index"))
+                own = upstream_calls[k] if k is not None and 0 <= k < len(upstream_calls) else None
+                if own is None or k is None:
+                    added.append(_folded_call(call, None))  # a call the links made (text)
+                else:
+                    placed.append((places[k], _folded_call(call, own)))
+            placed.sort(key=lambda item: item[0])
+            fields["tool_calls"] = [call for _, call in placed] + added
         message: dict[str, Any] = {}
         for key, value in original.items():
             if key in fields:
                 message[key] = fields.pop(key)
-            elif key == "tool_calls":
-                message[key] = [] if isinstance(value, list) and value else value
+            elif key == "tool_calls":  # the links left none: what they were not handed
+                message[key] = [call for _, call in kept_out] if isinstance(value, list) else value
             elif key == "content" and isinstance(value, str):
                 message[key] = None if fields.get("tool_calls") else ""
             else:
@@ -194,14 +234,10 @@ class _Message:
         return message
 
 
-def _folded_call(call: dict[str, Any], upstream_calls: list[Any]) -> dict[str, Any]:
+def _folded_call(call: dict[str, Any], own: dict[str, Any] | None) -> dict[str, Any]:
     """A call as a message carries it: without the trip's index, unless the upstream's own call
     had one; with the upstream call's other keys back, in its order."""
-    position = integer(call.get("index"))
-    own = None
-    if position is not None and 0 <= position < len(upstream_calls):
-        own = upstream_calls[position]
-    if not isinstance(own, dict):
+    if own is None:
         return {key: value for key, value in call.items() if key != "index"}
     folded: dict[str, Any] = {}
     for key, value in own.items():

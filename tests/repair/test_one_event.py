@@ -249,3 +249,31 @@ def test_a_missing_finish_beside_calls_becomes_tool_calls() -> None:
     changed, exchange = repaired(body)
     assert changed and body["choices"][0]["finish_reason"] == "tool_calls"
     assert exchange.repairs == {"finish_reason_added": 1}
+
+
+def test_a_custom_tools_call_is_not_the_links_to_name_or_drop() -> None:
+    custom = {"id": "ct_1", "type": "custom", "custom": {"name": "grep", "input": "x"}}
+    # Alone: the choice goes out as received (its "tool_calls" finish is right).
+    body = completion({"role": "assistant", "content": None, "tool_calls": [custom]})
+    body["choices"][0]["finish_reason"] = "tool_calls"
+    received = copy.deepcopy(body)
+    changed, exchange = repaired(body)
+    assert not changed and body == received and exchange.repairs == {}
+    # Beside function calls: back at its place, theirs repaired around it.
+    untyped = {"id": "call_2", "function": {"name": "get_time", "arguments": ""}}
+    calls = [call(None), custom, untyped]
+    body = completion({"role": "assistant", "content": None, "tool_calls": calls})
+    body["choices"][0]["finish_reason"] = "tool_calls"
+    changed, exchange = repaired(body)
+    assert changed
+    first, second, third = body["choices"][0]["message"]["tool_calls"]
+    assert first["id"].startswith("call_") and second == custom
+    assert third == {"id": "call_2", "function": {"name": "get_time", "arguments": "{}"}, **TYPE}
+    assert exchange.repairs == {
+        "tool_call_id_generated": 1,
+        "tool_call_type_added": 1,
+        "arguments_empty": 1,
+    }
+
+
+TYPE = {"type": "function"}
