@@ -19,6 +19,7 @@ from proxy.repair.receipts.store import MAX_VALUE_BYTES
 from proxy.repair.rules import RouteRuleKeys
 from proxy.settings.values import (
     ConfigError,
+    did_you_mean,
     field_names,
     flatten,
     is_http_url,
@@ -312,7 +313,9 @@ class Settings:
             known = name in field_names(self) and name != "routes"
             current = getattr(self, name) if known else None
             if current is None:
-                raise ConfigError(f"{section}: unknown config section")
+                sections_known = [*field_names(self) - {"routes"}, *SECTION_ALIASES]
+                hint = did_you_mean(section, sections_known)
+                raise ConfigError(f"{section}: unknown config section{hint}")
             changes[name] = replace_checked(section, current, items, text)
         return replace(self, **changes)
 
