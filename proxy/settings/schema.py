@@ -113,7 +113,8 @@ class UpstreamSettings(RouteRuleKeys):
     connect_timeout: float = 10.0
     read_timeout: float = 600.0
     profile: str = "auto"
-    """Provider profile; "auto" detects it from the base URL's host, else the model name."""
+    """Provider profile: "auto" takes the one the base URL's host names (`generic` for any
+    other host; the model name decides nothing), or one of proxy/repair/profiles.py by name."""
     api_key_env: str = ""
     """Name of an environment variable holding this upstream's own key (never the key)."""
     model: str = ""
