@@ -15,33 +15,32 @@ from typing import Any, NoReturn
 import orjson
 
 from proxy import __version__
-from proxy.settings.schema import ENVIRONMENT_KEYS, LOG_LEVELS, PROFILE_NAMES, Settings
+from proxy.settings.schema import ENVIRONMENT_KEYS, FLAGS, LOG_LEVELS, PROFILE_NAMES, Settings
 from proxy.settings.values import ConfigError, flatten, parse_keys
 
 # The parent's effective settings, for worker processes (they cannot receive objects).
 SETTINGS_ENVIRONMENT = "STREAMFIX_EFFECTIVE_SETTINGS"
 
-# Flags that set a config key: (flag, dotted key, argparse options, help). Their help shows the
+# Flags that set a config key: (dotted key, argparse options, help), each flag's name from the
+# settings' FLAGS (where the README's configuration table reads it too). Their help shows the
 # built-in default, the environment variable and the config key, read from the settings
 # themselves so the help cannot drift from them. Their argparse default is None: "not given",
 # so the file and the environment below them still apply.
-SETTINGS_FLAGS: tuple[tuple[str, str, dict[str, Any], str], ...] = (
-    ("--upstream", "upstream.base_url", {"metavar": "URL"}, "upstream base URL"),
-    ("--host", "server.host", {}, "address to listen on"),
-    ("--port", "server.port", {"type": int}, "port to listen on"),
-    ("--profile", "upstream.profile", {"choices": PROFILE_NAMES}, "provider profile"),
-    ("--workers", "server.workers", {"type": int, "metavar": "N"}, "worker processes"),
+SETTINGS_FLAGS: tuple[tuple[str, dict[str, Any], str], ...] = (
+    ("upstream.base_url", {"metavar": "URL"}, "upstream base URL"),
+    ("server.host", {}, "address to listen on"),
+    ("server.port", {"type": int}, "port to listen on"),
+    ("upstream.profile", {"choices": PROFILE_NAMES}, "provider profile"),
+    ("server.workers", {"type": int, "metavar": "N"}, "worker processes"),
     (
-        "--log-level",
         "server.log_level",
         {"choices": LOG_LEVELS},
         "least severe records logged; debug adds each repair and upstream request line",
     ),
-    ("--log-format", "server.log_format", {"choices": ["text", "json"]}, "log line format"),
-    ("--record", "recording.record_dir", {"metavar": "DIR"}, "write one cassette per exchange"),
-    ("--replay", "recording.replay_dir", {"metavar": "DIR"}, "answer from the cassettes in DIR"),
+    ("server.log_format", {"choices": ["text", "json"]}, "log line format"),
+    ("recording.record_dir", {"metavar": "DIR"}, "write one cassette per exchange"),
+    ("recording.replay_dir", {"metavar": "DIR"}, "answer from the cassettes in DIR"),
     (
-        "--replay-timing",
         "recording.replay_timing",
         {"action": "store_true"},
         "replay with recorded timing",
@@ -201,7 +200,8 @@ def _config_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
     defaults = flatten(Settings().to_dict())
     variables = {key: name for name, key in ENVIRONMENT_KEYS.items()}
-    for flag, key, options, text in SETTINGS_FLAGS:
+    for key, options, text in SETTINGS_FLAGS:
+        flag = FLAGS[key]
         default = defaults[key]
         shown = orjson.dumps(default).decode() if isinstance(default, str | bool) else default
         where = [f"default: {shown if default != '' else 'none'}"]
@@ -216,7 +216,7 @@ def _config_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    flags = {key: getattr(args, key) for _, key, _, _ in SETTINGS_FLAGS}
+    flags = {key: getattr(args, key) for key, _, _ in SETTINGS_FLAGS}
     settings = Settings.load(args.config, os.environ, flags)
     # Checked here too, in the parent: with several workers a refusal raised only inside each
     # worker would not stop start-up with exit 2.
