@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import difflib
 import os
 import sys
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -13,33 +15,32 @@ from typing import Any, NoReturn
 import orjson
 
 from proxy import __version__
-from proxy.settings.schema import ENVIRONMENT_KEYS, LOG_LEVELS, PROFILE_NAMES, Settings
+from proxy.settings.schema import ENVIRONMENT_KEYS, FLAGS, LOG_LEVELS, PROFILE_NAMES, Settings
 from proxy.settings.values import ConfigError, flatten, parse_keys
 
 # The parent's effective settings, for worker processes (they cannot receive objects).
 SETTINGS_ENVIRONMENT = "STREAMFIX_EFFECTIVE_SETTINGS"
 
-# Flags that set a config key: (flag, dotted key, argparse options, help). Their help shows the
+# Flags that set a config key: (dotted key, argparse options, help), each flag's name from the
+# settings' FLAGS (where the README's configuration table reads it too). Their help shows the
 # built-in default, the environment variable and the config key, read from the settings
 # themselves so the help cannot drift from them. Their argparse default is None: "not given",
 # so the file and the environment below them still apply.
-SETTINGS_FLAGS: tuple[tuple[str, str, dict[str, Any], str], ...] = (
-    ("--upstream", "upstream.base_url", {"metavar": "URL"}, "upstream base URL"),
-    ("--host", "server.host", {}, "address to listen on"),
-    ("--port", "server.port", {"type": int}, "port to listen on"),
-    ("--profile", "upstream.profile", {"choices": PROFILE_NAMES}, "provider profile"),
-    ("--workers", "server.workers", {"type": int, "metavar": "N"}, "worker processes"),
+SETTINGS_FLAGS: tuple[tuple[str, dict[str, Any], str], ...] = (
+    ("upstream.base_url", {"metavar": "URL"}, "upstream base URL"),
+    ("server.host", {}, "address to listen on"),
+    ("server.port", {"type": int}, "port to listen on"),
+    ("upstream.profile", {"choices": PROFILE_NAMES}, "provider profile"),
+    ("server.workers", {"type": int, "metavar": "N"}, "worker processes"),
     (
-        "--log-level",
         "server.log_level",
         {"choices": LOG_LEVELS},
         "least severe records logged; debug adds each repair and upstream request line",
     ),
-    ("--log-format", "server.log_format", {"choices": ["text", "json"]}, "log line format"),
-    ("--record", "recording.record_dir", {"metavar": "DIR"}, "write one cassette per exchange"),
-    ("--replay", "recording.replay_dir", {"metavar": "DIR"}, "answer from the cassettes in DIR"),
+    ("server.log_format", {"choices": ["text", "json"]}, "log line format"),
+    ("recording.record_dir", {"metavar": "DIR"}, "write one cassette per exchange"),
+    ("recording.replay_dir", {"metavar": "DIR"}, "answer from the cassettes in DIR"),
     (
-        "--replay-timing",
         "recording.replay_timing",
         {"action": "store_true"},
         "replay with recorded timing",
@@ -47,22 +48,66 @@ SETTINGS_FLAGS: tuple[tuple[str, str, dict[str, Any], str], ...] = (
 )
 CONFIG_HELP = "TOML config file (env STREAMFIX_CONFIG; default: none, built-in defaults)"
 
+# Each command's exit statuses, shown at the end of its help page (and `main`'s docstring).
+USAGE_EXIT = "2 a usage or configuration error (one line on stderr)"
+EXIT_CODES = {
+    "streamfix": (
+        "exit status: 0 done; 1 `replay` found differences, `doctor` found something the "
+        f"proxy does not fix; {USAGE_EXIT}; 130 interrupted (Ctrl-C)"
+    ),
+    "serve": f"exit status: 0 stopped (Ctrl-C or SIGTERM, open streams finished); {USAGE_EXIT}",
+    "replay": (
+        "exit status: 0 every cassette as recorded; 1 a cassette changed or broke a client "
+        f"rule; {USAGE_EXIT}, or no cassettes in the directory"
+    ),
+    "explain": f"exit status: 0 explained; {USAGE_EXIT}, or a path that is not a cassette",
+    "config": f"exit status: 0 printed; {USAGE_EXIT}",
+    "doctor": (
+        "exit status: 0 nothing left unfixed; 1 some check not_fixable; 2 a usage error, "
+        "nothing confirmed (nothing sent), or the upstream could not be reached"
+    ),
+}
+
 
 class _Parser(argparse.ArgumentParser):
     """argparse, its usage errors on one line: what is wrong, and where to read more."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(
+            2,
+            f"{self.prog}: error: {message}{_flag_hint(self, message)} (see {self.prog} --help)\n",
+        )
+
+
+def _flag_hint(parser: argparse.ArgumentParser, message: str) -> str:
+    """ "; did you mean --port?" for an unrecognised flag close to one of the command's."""
+    if not message.startswith("unrecognized arguments:"):
+        return ""
+    known = [flag for action in parser._actions for flag in action.option_strings]
+    for word in message.split(":", 1)[1].split():
+        close = (
+            difflib.get_close_matches(word.split("=")[0], known, n=1) if word[:2] == "--" else []
+        )
+        if close:
+            return f"; did you mean {close[0]}?"
+    return ""
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Every option's default in its help, except where there is none to show (None: not
-    given; False: a switch that is off) or the help says it already."""
+    given; False: a switch that is off; "": nothing) or the help says it already. Lines wrap
+    between words only: a URL is never cut in two (textwrap would break a word longer than
+    the column, and at hyphens)."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
-        if action.default in (None, False, argparse.SUPPRESS) or "default:" in (action.help or ""):
+        empty = action.default in (None, False, "", argparse.SUPPRESS)
+        if empty or "default:" in (action.help or ""):
             return action.help or ""
         return super()._get_help_string(action)
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        text = " ".join(text.split())
+        return textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -70,14 +115,20 @@ def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="streamfix",
         description="Reverse proxy that repairs OpenAI-compatible chat streams in flight.",
+        epilog=EXIT_CODES["streamfix"],
         **options,
     )
     parser.add_argument("--version", action="version", version=f"streamfix {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
-    serve = commands.add_parser("serve", help="run the proxy", **options)
+    serve = commands.add_parser(
+        "serve", help="run the proxy", epilog=EXIT_CODES["serve"], **options
+    )
     _config_flags(serve)
     replay = commands.add_parser(
-        "replay", help="check cassettes against today's repairs and the client rules", **options
+        "replay",
+        help="check cassettes against today's repairs and the client rules",
+        epilog=EXIT_CODES["replay"],
+        **options,
     )
     replay.add_argument("directory", help="directory of cassettes")
     replay.add_argument("--update", action="store_true", help="rewrite changed client output")
@@ -85,6 +136,7 @@ def _parser() -> argparse.ArgumentParser:
     explain = commands.add_parser(
         "explain",
         help="show a cassette's upstream events beside the client's, with the repairs",
+        epilog=EXIT_CODES["explain"],
         **options,
     )
     explain.add_argument("paths", nargs="+", help="cassettes, or directories of cassettes")
@@ -101,6 +153,7 @@ def _parser() -> argparse.ArgumentParser:
         help="print the effective configuration as TOML, secrets masked",
         description="Print the effective configuration (defaults, the config file, STREAMFIX_* "
         "variables and these flags) as TOML to paste into a config file, secrets masked.",
+        epilog=EXIT_CODES["config"],
         **options,
     )
     _config_flags(config)
@@ -116,6 +169,7 @@ def _doctor_parser(commands: Any, options: dict[str, Any]) -> None:
         description="Send a small battery of requests (after confirmation) to one upstream, "
         "examine each answer as sent and as the proxy in process delivers it, and print a "
         "verdict per check and the configuration to paste. --from DIR reads cassettes instead.",
+        epilog=EXIT_CODES["doctor"],
         **options,
     )
     doctor.add_argument("--upstream", metavar="URL", default="", help="upstream base URL")
@@ -126,7 +180,13 @@ def _doctor_parser(commands: Any, options: dict[str, Any]) -> None:
     doctor.add_argument("--json", action="store_true", help="a JSON document for tools")
     doctor.add_argument("--yes", action="store_true", help="send without asking")
     doctor.add_argument("--route", metavar="NAME", default="", help="suggest a [[routes]] entry")
-    doctor.add_argument("--from", dest="from_dir", metavar="DIR", default="", help="cassettes")
+    doctor.add_argument(
+        "--from",
+        dest="from_dir",
+        metavar="DIR",
+        default="",
+        help="read the cassettes in DIR instead of sending anything (no network)",
+    )
     doctor.add_argument(
         "--timeout",
         type=float,
@@ -140,10 +200,11 @@ def _config_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
     defaults = flatten(Settings().to_dict())
     variables = {key: name for name, key in ENVIRONMENT_KEYS.items()}
-    for flag, key, options, text in SETTINGS_FLAGS:
+    for key, options, text in SETTINGS_FLAGS:
+        flag = FLAGS[key]
         default = defaults[key]
         shown = orjson.dumps(default).decode() if isinstance(default, str | bool) else default
-        where = [f"default: {shown}"]
+        where = [f"default: {shown if default != '' else 'none'}"]
         if key in variables:
             where.append(f"env {variables[key]}")
         where.append(f"config {key}")
@@ -155,7 +216,7 @@ def _config_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    flags = {key: getattr(args, key) for _, key, _, _ in SETTINGS_FLAGS}
+    flags = {key: getattr(args, key) for key, _, _ in SETTINGS_FLAGS}
     settings = Settings.load(args.config, os.environ, flags)
     # Checked here too, in the parent: with several workers a refusal raised only inside each
     # worker would not stop start-up with exit 2.
@@ -279,11 +340,22 @@ COMMANDS = {
 }
 
 
+def _command_parsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Exit status: 0 done, 1 replay found differences, 2 a usage or configuration error
-    (one line on stderr, never a traceback), 130 interrupted."""
+    """Exit status: 0 done; 1 replay found differences, doctor something it does not fix; 2 a
+    usage or configuration error (one line on stderr, never a traceback); 130 interrupted.
+    Each help page says its own (`EXIT_CODES`)."""
     parser = _parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # said by the command's own parser, so the hint names its help page
+        command_parser = _command_parsers(parser).get(args.command, parser)
+        command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command is None:  # bare `streamfix`: what it can do, as uvicorn and git show
         parser.print_help()
         return 0

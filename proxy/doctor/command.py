@@ -13,12 +13,14 @@ from typing import Any
 import httpx
 import orjson
 
+from proxy.doctor import recorded
 from proxy.doctor.checks import CHECKS, Check, Context
 from proxy.doctor.examine import Answer, problems, read_answer
 from proxy.doctor.probe import (
     DOCTOR_TENANT,
     AnsweringTransport,
     Limits,
+    Unreachable,
     in_process_proxy,
     send,
     through_proxy,
@@ -53,19 +55,19 @@ class Options:
 
 def run_doctor(options: Options) -> int:
     """0: the report printed, every problem fixed; 1: some problem the proxy does not fix;
-    2: a usage problem, or nothing confirmed (the plan printed, nothing sent)."""
+    2: a usage problem, nothing confirmed (the plan printed, nothing sent), or an upstream
+    that cannot be reached (the run stops at the first connection failure)."""
     key = ""
     try:
         if options.from_dir:
-            rows, upstream, model = asyncio.run(_offline(Path(options.from_dir)))
-        else:
-            if not options.upstream or not options.model:
-                raise Refused("--upstream and --model are needed (or --from DIR)")
-            key = _key(options.api_key_env)
-            if not _confirmed(options):
-                return 2
-            rows = asyncio.run(_live(options, key))
-            upstream, model = options.upstream, options.model
+            return _from_recordings(Path(options.from_dir), options.json)
+        if not options.upstream or not options.model:
+            raise Refused("--upstream and --model are needed (or --from DIR)")
+        key = _key(options.api_key_env)
+        if not _confirmed(options):
+            return 2
+        rows = asyncio.run(_live(options, key))
+        upstream, model = options.upstream, options.model
     except Refused as exc:
         print(f"streamfix doctor: {exc}", file=sys.stderr)
         return 2
@@ -141,13 +143,14 @@ async def _live(options: Options, key: str) -> list[Row]:
     context = Context(options.model)
     transport = AnsweringTransport(base_url, limits, headers.get("authorization", ""))
     rows = []
-    async with (
-        httpx.AsyncClient(timeout=options.timeout) as direct,
-        in_process_proxy(_settings(options), transport) as proxy,
-    ):
-        for check in CHECKS:
-            rows.append(await _one(check, context, direct, proxy, transport, url, headers, limits))
     try:
+        async with (
+            httpx.AsyncClient(timeout=options.timeout) as direct,
+            in_process_proxy(_settings(options), transport) as proxy,
+        ):
+            for check in CHECKS:
+                row = await _one(check, context, direct, proxy, transport, url, headers, limits)
+                rows.append(row)
         await _try_suggestions(options, rows, transport)
     finally:
         await transport.close()
@@ -170,7 +173,7 @@ async def _try_suggestions(
         for row in rows:
             if row.name in keys:
                 response = await through_proxy(proxy, orjson.dumps(row.request))
-                tried = _row(row.name, row.request, row.expects, Answer(0, b"", False), response)
+                tried = row_for(row.name, row.request, row.expects, Answer(0, b"", False), response)
                 key = keys[row.name]
                 row.with_config = (f"{key} = {value_text(table[key])}", tried.after)
 
@@ -187,13 +190,16 @@ async def _one(
 ) -> Row:
     request = check.body(context)
     body = orjson.dumps(request)
-    cassette = await send(direct, url, headers, body, limits)
+    try:
+        cassette = await send(direct, url, headers, body, limits, stop_unreachable=True)
+    except Unreachable as exc:  # every other check would fail the same way: one line, exit 2
+        raise Refused(str(exc)) from None
     transport.add(cassette)
     streamed = bool(request.get("stream"))
     answer = _answer(cassette, streamed)
     context.calls[check.name] = answer.calls
     response = await through_proxy(proxy, body)
-    return _row(check.name, request, check.expects_calls, answer, response)
+    return row_for(check.name, request, check.expects_calls, answer, response)
 
 
 def _answer(cassette: Cassette, streamed: bool) -> Answer:
@@ -203,9 +209,10 @@ def _answer(cassette: Cassette, streamed: bool) -> Answer:
     return answer
 
 
-def _row(
+def row_for(
     name: str, request: dict[str, Any], expects: int, answer: Answer, response: httpx.Response
 ) -> Row:
+    """One exchange judged twice, as the upstream sent it and as the proxy delivered it."""
     streamed = bool(request.get("stream")) and response.headers.get("content-type", "").startswith(
         "text/event-stream"
     )
@@ -228,19 +235,32 @@ def _repairs(response: httpx.Response) -> dict[str, int]:
     return parse_repairs(response.headers.get("x-streamfix-repairs", ""))
 
 
-async def _offline(directory: Path) -> tuple[list[Row], str, str]:
+def _from_recordings(directory: Path, as_json: bool) -> int:
+    groups = asyncio.run(_offline(directory))
+    if as_json:
+        document = recorded.as_json(directory, groups)
+        print(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
+    else:
+        print(recorded.as_text(directory, groups, _colour()), end="")
+    return 1 if recorded.unfixed(groups) else 0
+
+
+async def _offline(directory: Path) -> list[recorded.Recorded]:
+    """Each cassette replayed through today's proxy and judged, grouped by the upstream and
+    profile it was recorded against (in the order first seen; within one, in file order)."""
     paths = sorted(directory.glob("*.json")) if directory.is_dir() else []
     if not paths:
         raise Refused(f"--from {directory}: no cassettes (*.json) in this directory")
-    rows, upstream, model = [], "", ""
+    groups: dict[tuple[str, str], recorded.Recorded] = {}
     for path in paths:
         try:
             cassette = Cassette.load(path)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise Refused(f"{path}: not a readable cassette ({exc})") from exc
+        base_url = masked_url(cassette.upstream_base_url) or recorded.NOT_RECORDED
+        key = (base_url, cassette.profile)
+        group = groups.setdefault(key, recorded.Recorded(base_url, cassette.profile))
         request = cassette.body_json if isinstance(cassette.body_json, dict) else {}
-        upstream = upstream or cassette.upstream_base_url
-        model = model or str(request.get("model", ""))
         streamed = bool(request.get("stream"))
         answer = read_answer(cassette.status, upstream_text(cassette), streamed)
         response = await replayed(
@@ -250,5 +270,5 @@ async def _offline(directory: Path) -> tuple[list[Row], str, str]:
             headers={"x-streamfix-debug": "1"},
         )
         expects = 1 if request.get("tool_choice") == "required" else 0
-        rows.append(_row(path.stem, request, expects, answer, response))
-    return rows, upstream, model
+        group.rows.append(row_for(path.stem, request, expects, answer, response))
+    return list(groups.values())

@@ -78,6 +78,10 @@ class Answer:
     text: str = ""
     finish: str | None = None
     """The (last) finish reason of the first choice."""
+    late_finishes: list[tuple[Any, str | None]] = field(default_factory=list)
+    """(choice index, finish reason) of each streamed choice that sent calls and finished
+    otherwise than `tool_calls` (or `length`): judged per choice, so with `n` = 2 a choice of
+    text ending `stop` beside a choice of calls ending `tool_calls` is right."""
     error: str = ""
     usage: bool = False
     """A usage object came (in any chunk, or on the JSON body)."""
@@ -118,25 +122,29 @@ def _read_stream(answer: Answer) -> None:
     text: list[str] = []
     calls: list[dict[str, Any]] = []
     by_index: dict[Any, dict[str, Any]] = {}
+    finishes: dict[Any, str] = {}
+    choices_with_calls: set[Any] = set()
     for item in stream_chunks(answer.body):
         if not isinstance(item, dict):
             continue
         # OpenAI sends `"usage": null` on every chunk but the last when usage is asked for.
         answer.usage = answer.usage or isinstance(item.get("usage"), dict)
         for choice in item.get("choices") or ():
+            number = choice.get("index", 0)
             delta = choice.get("delta") or {}
             if choice.get("finish_reason") is not None:
-                answer.finish = str(choice["finish_reason"])
+                finishes[number] = str(choice["finish_reason"])
             if isinstance(delta.get("content"), str):
                 text.append(delta["content"])
             for entry in delta.get("tool_calls") or ():
                 if not isinstance(entry, dict):
                     continue
+                choices_with_calls.add(number)
                 function = entry.get("function") or {}
-                key = entry.get("index")
-                call = by_index.get(key) if key is not None else None
+                key = (number, entry.get("index"))
+                call = by_index.get(key) if key[1] is not None else None
                 opens = call is None or (entry.get("id") and entry.get("id") != call["id"])
-                if key is None and calls and not entry.get("id") and not function.get("name"):
+                if key[1] is None and calls and not entry.get("id") and not function.get("name"):
                     call, opens = calls[-1], False  # an indexless continuation
                 if opens:
                     call = {"id": entry.get("id") or "", "name": "", "arguments": ""}
@@ -148,6 +156,12 @@ def _read_stream(answer: Answer) -> None:
                 if isinstance(arguments, str):
                     call["arguments"] += arguments
     answer.calls, answer.text = calls, "".join(text)
+    answer.finish = finishes.get(0, next(iter(finishes.values()), None))
+    answer.late_finishes = [
+        (number, finishes.get(number))
+        for number in sorted(choices_with_calls, key=str)
+        if finishes.get(number) not in ("tool_calls", "length")
+    ]
 
 
 def _read_json(answer: Answer) -> None:
@@ -183,10 +197,12 @@ def problems(answer: Answer, request: dict[str, Any], expects_calls: int) -> lis
         found += _stream_rules(answer.body)
     else:
         found += _json_rules(answer)
-    stopped = f"sent calls but finished with {answer.finish!r}"
-    late = answer.streamed and answer.calls and answer.finish not in ("tool_calls", "length")
-    if late and not any(stopped in text for text in found):
-        found.append(stopped)  # the rules stop at a call without index; the finish still counts
+    for number, finish in answer.late_finishes:
+        # The rules stop at a call without index; the finish still counts (choice 0, the
+        # usual n = 1, unnamed as before).
+        stopped = f"sent calls but finished with {finish!r}"
+        if not any(stopped in text for text in found):
+            found.append(stopped if number == 0 else f"choice {number}: {stopped}")
     if MARKUP.search(answer.text):
         found.append("a tool call written as text markup in the content")
     elif expects_calls and not answer.calls:

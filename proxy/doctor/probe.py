@@ -22,6 +22,7 @@ from proxy.server.app import create_app
 from proxy.settings.schema import Settings
 from proxy.upstream.body_decoding import decoder_for
 from proxy.upstream.cassettes import Cassette, Chunk, request_key
+from proxy.upstream.failures import describe_failure
 from proxy.upstream.recording import relative_path
 from proxy.wire.limits import LimitExceeded
 
@@ -32,6 +33,11 @@ never sent upstream (the transport puts the upstream's key in its place, or none
 
 class OutOfTime(Exception):
     """The run's total time limit or request budget is spent."""
+
+
+class Unreachable(Exception):
+    """No connection to the upstream at all; the message is the proxy's own line for it
+    (`upstream 127.0.0.1:19599 refused the connection`)."""
 
 
 @dataclass
@@ -57,10 +63,17 @@ class Limits:
 
 
 async def send(
-    client: httpx.AsyncClient, url: str, headers: dict[str, str], body: bytes, limits: Limits
+    client: httpx.AsyncClient,
+    url: str,
+    headers: dict[str, str],
+    body: bytes,
+    limits: Limits,
+    stop_unreachable: bool = False,
 ) -> Cassette:
     """One request upstream, its answer as a cassette (status 0: none came, the reason as the
-    body; the exception's text names no header, so never the key)."""
+    body; the exception's text names no header, so never the key). `stop_unreachable`: a
+    connection that cannot be made raises `Unreachable` instead, since every other request of
+    the run would fail the same way."""
     cassette = Cassette("POST", "chat/completions", "", {"content-type": "application/json"}, body)
     try:
         seconds = limits.take()
@@ -79,6 +92,10 @@ async def send(
             for name, value in response.headers.items()
             if name in ("content-type", "content-encoding")
         }
+    except httpx.ConnectError as exc:
+        if stop_unreachable:
+            raise Unreachable(describe_failure(exc)[1]) from None
+        cassette.status, cassette.chunks = 0, [Chunk(0.0, type(exc).__name__.encode())]
     except (httpx.HTTPError, TimeoutError, OutOfTime) as exc:
         reason = "timed out" if isinstance(exc, TimeoutError) else type(exc).__name__
         text = str(exc) if isinstance(exc, OutOfTime) else reason

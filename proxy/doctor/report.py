@@ -129,16 +129,7 @@ def suggested(
 
 
 def as_json(upstream: str, model: str, rows: list[Row], config: dict[str, Any]) -> dict[str, Any]:
-    checks = [
-        {
-            "name": row.name,
-            "observed": row.observed,
-            "breaks": row.breaks,
-            "streamfix": row.streamfix,
-            "verdict": row.verdict,
-        }
-        for row in rows
-    ]
+    checks = [check_json(row) for row in rows]
     return {"upstream": upstream, "model": model, "checks": checks, "config": config}
 
 
@@ -148,12 +139,24 @@ _COLOURS = {FINE: "32", FIXED: "33", NOT_FIXABLE: "31"}
 def as_text(
     upstream: str, model: str, rows: list[Row], config: dict[str, Any], colour: bool
 ) -> str:
+    lines = [f"streamfix doctor: {upstream}, model {model}", ""]
+    lines += row_lines(rows, colour)
+    lines += ["", totals(rows), ""]
+    lines.append("# Suggested configuration for this upstream (paste into streamfix.toml):")
+    lines.append(dumps(config).rstrip("\n"))
+    return "\n".join(lines) + "\n"
+
+
+def row_lines(rows: list[Row], colour: bool, width: int = 0) -> list[str]:
+    """One line per row (verdict, name, what the upstream did), and for a row that is not
+    `fine` what it breaks and what streamfix did; names padded to `width` at least."""
+
     def verdict(text: str) -> str:
         padded = f"{text:<11}"
         return f"\x1b[{_COLOURS[text]}m{padded}\x1b[0m" if colour else padded
 
-    lines = [f"streamfix doctor: {upstream}, model {model}", ""]
-    width = max((len(row.name) for row in rows), default=0)
+    lines = []
+    width = max([width, *(len(row.name) for row in rows)])
     for row in rows:
         lines.append(f"{verdict(row.verdict)} {row.name:<{width}}  {_short(row.observed)}")
         if row.verdict != FINE:
@@ -162,11 +165,22 @@ def as_text(
                 label = "breaks:   " if n == 0 else "          "
                 lines.append(f"{indent}{label} {_short(consequence)}")
             lines.append(f"{indent}streamfix: {_short(row.streamfix)}")
+    return lines
+
+
+def totals(rows: list[Row]) -> str:
     counts = {v: sum(row.verdict == v for row in rows) for v in (FINE, FIXED, NOT_FIXABLE)}
-    lines += ["", ", ".join(f"{n} {v}" for v, n in counts.items()), ""]
-    lines.append("# Suggested configuration for this upstream (paste into streamfix.toml):")
-    lines.append(dumps(config).rstrip("\n"))
-    return "\n".join(lines) + "\n"
+    return ", ".join(f"{n} {v}" for v, n in counts.items())
+
+
+def check_json(row: Row) -> dict[str, str]:
+    return {
+        "name": row.name,
+        "observed": row.observed,
+        "breaks": row.breaks,
+        "streamfix": row.streamfix,
+        "verdict": row.verdict,
+    }
 
 
 def _short(text: str, limit: int = 160) -> str:

@@ -98,9 +98,6 @@ class _Watched(Repair):
     async def on_request(self, body: dict[str, Any]) -> bool:
         return await self._on_body(self.inner.on_request, body)
 
-    async def on_response(self, body: dict[str, Any]) -> bool:
-        return await self._on_body(self.inner.on_response, body)
-
     async def _on_body(
         self, hook: Callable[[dict[str, Any]], Awaitable[bool]], body: dict[str, Any]
     ) -> bool:
@@ -197,9 +194,16 @@ class AttributingChain(RepairChain):
         return changed
 
     async def on_response(self, body: dict[str, Any]) -> bool:
-        self.response, self.body_labels = BodyChange(_copy(body)), []
+        """A non-streamed body goes through the links as a one-event stream: what they did to
+        its event (and the events they added) is the body's, not rows of a stream."""
+        self.response = BodyChange(_copy(body))
+        first = len(self.steps)
         changed = await super().on_response(body)
-        self.response.after, self.response.labels = _copy(body), self.body_labels
+        trip, self.steps[first:] = self.steps[first:], []
+        self.response.after = _copy(body)
+        # A link that rebuilt the event the same (a message's calls) changed nothing.
+        labels = [label for step in trip for label in step.labels]
+        self.response.labels = [label for label in labels if changed or label.kinds]
         return changed
 
     @property

@@ -18,6 +18,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
+from proxy.repair.one_event import OneEvent
 from proxy.wire import json_codec
 from proxy.wire.limits import LimitExceeded
 from proxy.wire.sse import DONE, SSEDecoder, SSEEvent, encode
@@ -30,6 +31,10 @@ Count = Callable[[str, int], None]
 
 def _uncounted(kind: str, amount: int) -> None:
     """The default `count`: a stream run without an exchange to book on."""
+
+
+_UNTOUCHED = b"(a non-streamed answer's one event, untouched)"
+"""The raw bytes the one-event trip hands the chain: back as they went, the event is unchanged."""
 
 
 class Repair:
@@ -53,9 +58,9 @@ class Repair:
         """The upstream stream ended cleanly: chunks to send before `[DONE]`."""
         return []
 
-    async def on_response(self, body: dict[str, Any]) -> bool:
-        """Edit a non-streamed completion in place; return True when it changed."""
-        return False
+    stream_framing = False
+    """True for a link whose only job is how an answer is cut into events (which delta
+    carries the role): a non-streamed answer has no events, so its one-event trip skips it."""
 
 
 class RepairChain:
@@ -76,10 +81,25 @@ class RepairChain:
         return changed
 
     async def on_response(self, body: dict[str, Any]) -> bool:
-        changed = False
-        for repair in self.repairs:
-            changed |= bool(await self._guard_async(repair, repair.on_response, body))
-        return changed
+        """Repair a non-streamed completion in place, through the stream links: as a one-event
+        stream (one_event.py), run as a stream is, folded back. False, and the body untouched,
+        when the links changed nothing: the client then gets the bytes the upstream sent."""
+        trip = OneEvent(body)
+        streaming = self._chunk_repairs
+        self._chunk_repairs = [(p, r) for p, r in streaming if not r.stream_framing]
+        try:
+            items = self.on_chunk(trip.chunk, _UNTOUCHED)
+            items += await self.on_end(framing=False)
+        finally:
+            self._chunk_repairs = streaming
+        if len(items) == 1 and items[0][1] is _UNTOUCHED:
+            return False
+        folded = trip.fold(chunk for chunk, _ in items)
+        if folded == body:  # a link rebuilt what it was given, the same (a message's calls)
+            return False
+        body.clear()
+        body.update(folded)
+        return True
 
     def on_chunk(
         self, chunk: Chunk, raw: bytes | None, start: int = 0
@@ -104,10 +124,13 @@ class RepairChain:
                 return items
         return [(chunk, raw)]
 
-    async def on_end(self) -> list[tuple[Chunk, bytes | None]]:
-        """Each repair's closing chunks still flow through the repairs after it."""
+    async def on_end(self, *, framing: bool = True) -> list[tuple[Chunk, bytes | None]]:
+        """Each repair's closing chunks still flow through the repairs after it. `framing`
+        False: the links that only frame a stream are left out (a non-streamed answer's trip)."""
         out: list[tuple[Chunk, bytes | None]] = []
         for position, repair in enumerate(self.repairs):
+            if repair.stream_framing and not framing:
+                continue
             for chunk in await self._guard_async(repair, repair.on_end, default=[]):
                 out.extend(self.on_chunk(chunk, None, position + 1))
         return out

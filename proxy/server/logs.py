@@ -127,7 +127,7 @@ def log_exchange(
         fields["model"],
         status,
         duration,
-        exchange.summary() if exchange.repairs else "-",
+        exchange.summary(),  # `none` when nothing changed: the header's spelling too
         extra={EXCHANGE: fields},
     )
 

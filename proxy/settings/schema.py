@@ -19,6 +19,7 @@ from proxy.repair.receipts.store import MAX_VALUE_BYTES
 from proxy.repair.rules import RouteRuleKeys
 from proxy.settings.values import (
     ConfigError,
+    did_you_mean,
     field_names,
     flatten,
     is_http_url,
@@ -43,6 +44,20 @@ ENVIRONMENT_KEYS = {
     "STREAMFIX_LOG_LEVEL": "server.log_level",
 }
 
+# Dotted config key -> the `streamfix serve` / `config` flag that sets it (cli.py declares each
+# flag's options and help from this; the README's configuration table names them from here).
+FLAGS = {
+    "upstream.base_url": "--upstream",
+    "server.host": "--host",
+    "server.port": "--port",
+    "upstream.profile": "--profile",
+    "server.workers": "--workers",
+    "server.log_level": "--log-level",
+    "server.log_format": "--log-format",
+    "recording.record_dir": "--record",
+    "recording.replay_dir": "--replay",
+    "recording.replay_timing": "--replay-timing",
+}
 
 UPSTREAM_CLIENTS = ("http1", "httpx")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -51,43 +66,58 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 @dataclass(frozen=True, slots=True)
 class ServerSettings:
     host: str = "127.0.0.1"
+    """The address to listen on (the container image listens on 0.0.0.0)."""
     port: int = 8080
+    """The port to listen on."""
     max_request_bytes: int = 16 * 1024 * 1024
+    """Largest client request body; a larger one gets 413 and nothing goes upstream."""
     max_event_bytes: int = 8 * 1024 * 1024
+    """Largest upstream SSE event; a larger one ends that stream with an error event."""
     max_response_bytes: int = 64 * 1024 * 1024
-    """Largest non-streamed upstream body the proxy buffers to repair (decoded); past it 502."""
+    """Largest non-streamed upstream body the proxy buffers to repair (decoded); past it 502
+    `response_too_large`."""
     log_format: str = "text"
     """"text" (one human-readable line per exchange) or "json" (one JSON object per line)."""
     log_level: str = "info"
-    """Least severe log records written: "debug" adds each repair as it happens and each
-    upstream request line; "warning" and "error" keep only the problems."""
+    """Least severe log records written: "info" (one line per exchange); "debug" adds each repair
+    as it happens (`[id] kind +1`) and each upstream request line (`[id] upstream POST
+    https://host/path`: never the query or credentials); "warning" and "error" keep only the
+    problems."""
     workers: int = 1
+    """Worker processes; more than one needs a shared receipt store (`receipts.store` on
+    Redis), since each process has its own memory store."""
     shutdown_grace_seconds: float = 30.0
     """On SIGTERM: stop accepting, let open streams finish for this long, then close them."""
     trust_env: bool = True
     """Send upstream traffic through the egress proxies the environment names (HTTPS_PROXY,
     HTTP_PROXY, ALL_PROXY, NO_PROXY, in either case), as curl and httpx do; false: direct."""
     upstream_client: str = "http1"
-    """"http1" (the proxy's own HTTP/1.1 client, on httptools) or "httpx" (httpx's transport)."""
+    """"http1" (the proxy's own HTTP/1.1 client, on httptools) or "httpx" (httpx's transport,
+    kept as a fallback)."""
     upstream_max_head_bytes: int = 65_536
     """Largest upstream response head (status line and fields, 1xx heads included) the own
-    client reads; past it 502 and the connection is dropped (Envoy ~60 KiB, h11 100 KiB)."""
+    client reads; past it 502 `upstream_response_too_large` and the connection is dropped
+    (Envoy ~60 KiB, h11 100 KiB)."""
     upstream_max_fields: int = 100
     """Most fields in one upstream response head, or in its trailers (Envoy: 100)."""
     upstream_max_line_bytes: int = 16_384
     """Longest chunk-size line (with its extensions) or trailer field from an upstream."""
     header_timeout_seconds: float = 10.0
-    """A connection's request head must arrive whole within this (else 408 and close)."""
+    """A connection's request head must arrive whole within this (else 408 and close, or a
+    silent close if nothing came)."""
     max_header_bytes: int = 65_536
     """Largest request head (request line and headers) accepted (else 431 and close)."""
     body_timeout_seconds: float = 30.0
     """Longest pause between two pieces of a request body (else 408 and close)."""
     body_total_timeout_seconds: float = 120.0
-    """The whole request body must arrive within this, however steadily it drips (else 408)."""
+    """The whole request body must arrive within this, however steadily it drips (else 408;
+    nothing goes upstream)."""
     max_buffered_request_bytes: int = 268_435_456
-    """Request bodies being received, across all connections of a process (else 503)."""
+    """Request bodies being received, across all connections of a process (else 503
+    `server_busy`)."""
     max_connections: int = 2048
-    """Open client connections per process; one beyond it gets 503 and is closed."""
+    """Open client connections per process; one beyond it gets 503 `too_many_connections` and
+    is closed."""
     keepalive_timeout_seconds: float = 5.0
     """An idle kept-alive connection is closed after this long without a new request."""
 
@@ -109,14 +139,22 @@ class UpstreamSettings(RouteRuleKeys):
     schema_dialect, tool_names, ...) are this table's too, declared beside the repairs."""
 
     base_url: str = GEMINI_OPENAI_BASE_URL
+    """The upstream's OpenAI-compatible base URL (the part before `/chat/completions`)."""
     connect_timeout: float = 10.0
+    """Seconds to connect to the upstream (then 504)."""
     read_timeout: float = 600.0
+    """Seconds between two reads from the upstream (then 504, or an error event once a stream
+    has started)."""
     profile: str = "auto"
-    """Provider profile; "auto" detects it from the base URL's host, else the model name."""
+    """Provider profile: "auto" takes the one the base URL's host names (`generic` for any
+    other host; the model name decides nothing), or a profile by name (the README's table under
+    "Routes and keys")."""
     api_key_env: str = ""
-    """Name of an environment variable holding this upstream's own key (never the key)."""
+    """Name of an environment variable holding this upstream's own key (never the key); empty:
+    the client's credential passes through."""
     model: str = ""
-    """Model name sent upstream instead of the client's, when set."""
+    """Model name sent upstream instead of the client's, when set; empty: as the client gave
+    it."""
 
     def __post_init__(self) -> None:
         one_of("profile", self.profile, PROFILE_NAMES)
@@ -151,8 +189,12 @@ class ReceiptSettings:
     store: str = "memory"
     """"memory", or "redis://host:port/db" to share receipts between replicas and restarts."""
     max_entries: int = 100_000
+    """Receipts the memory store keeps; the least recently used go first beyond it."""
     ttl_seconds: float = 86_400.0
+    """How long a receipt is kept (both stores; every Redis key carries it)."""
     on_missing: str = "placeholder"
+    """"placeholder": a current-turn step with no signature anywhere gets Google's documented
+    `skip_thought_signature_validator`; "leave": nothing is put in its place."""
     tenant_header: str = ""
     """A header that subdivides a credential's tenant (hash of credential and header value); it
     never replaces the credential, and must be set by a trusted hop. Empty: the credential's
@@ -176,9 +218,11 @@ class ParameterSettings:
     their own keys."""
 
     ttl_seconds: float = 86_400.0
-    """How long a rejected parameter is dropped up front before it is tried again."""
+    """How long a rejected parameter is dropped up front, or a request rule learned from a
+    refusal applied, before it is tried again."""
     max_entries: int = 10_000
-    """The memory store's bound (upstream, model and parameter per entry); oldest go first."""
+    """The memory store's bound (upstream, model and parameter per entry); oldest go first.
+    With `receipts.store` on Redis, the TTL bounds them."""
 
     def __post_init__(self) -> None:
         if self.ttl_seconds <= 0 or self.max_entries <= 0:
@@ -188,6 +232,8 @@ class ParameterSettings:
 @dataclass(frozen=True, slots=True)
 class ToolCallSettings:
     emit: str = "atomic"
+    """"atomic": each call once, complete, before its finish chunk; "incremental": an opening
+    delta with index, id, type and name, then the argument fragments."""
     max_buffered_bytes: int = 8 * 1024 * 1024
     """Tool-call arguments one exchange may hold while assembling calls; past it the stream
     ends with an error event (the calls cannot be delivered whole)."""
@@ -211,7 +257,8 @@ class RecordingSettings:
     replay_timing: bool = False
     """Replay chunks with their recorded arrival times instead of at once."""
     secret_headers: tuple[str, ...] = ()
-    """Extra request/response headers never written to a cassette (credentials always are not)."""
+    """Extra request/response headers never written to a cassette (credentials never are,
+    whatever this says)."""
 
     def __post_init__(self) -> None:
         if self.record_dir and self.replay_dir:
@@ -223,6 +270,7 @@ class RecordingSettings:
 @dataclass(frozen=True, slots=True)
 class RepairSettings:
     enabled: bool = True
+    """false makes the proxy a plain forwarding proxy: no repair runs, nothing is changed."""
     strict: bool = False
     """Re-raise a failing repair instead of passing the chunk unrepaired (tests use this)."""
 
@@ -312,7 +360,9 @@ class Settings:
             known = name in field_names(self) and name != "routes"
             current = getattr(self, name) if known else None
             if current is None:
-                raise ConfigError(f"{section}: unknown config section")
+                sections_known = [*field_names(self) - {"routes"}, *SECTION_ALIASES]
+                hint = did_you_mean(section, sections_known)
+                raise ConfigError(f"{section}: unknown config section{hint}")
             changes[name] = replace_checked(section, current, items, text)
         return replace(self, **changes)
 

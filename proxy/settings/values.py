@@ -6,9 +6,10 @@ message that says where to look.
 
 from __future__ import annotations
 
+import difflib
 import math
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
@@ -66,12 +67,18 @@ def replace_checked(section: str, current: Any, items: Mapping[str, Any], text: 
     converted = {}
     for name, value in items.items():
         if name not in types:
-            raise ConfigError(f"{section}.{name}: unknown config key")
+            raise ConfigError(f"{section}.{name}: unknown config key{did_you_mean(name, types)}")
         converted[name] = convert(f"{section}.{name}", types[name], value, text)
     try:
         return replace(current, **converted)
     except ConfigError as exc:
         raise ConfigError(f"{section}.{exc}") from None
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """`; did you mean `port`?` for a misspelt key (`prot`), or nothing when none is close."""
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f"; did you mean `{close[0]}`?" if close else ""
 
 
 _KINDS: dict[str, type] = {"int": int, "float": float, "bool": bool, "str": str}

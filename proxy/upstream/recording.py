@@ -28,6 +28,13 @@ from proxy.wire.credentials import masked_url
 
 logger = logging.getLogger(__name__)
 
+REPLAY_MISS_STATUS = 404
+"""A request no cassette matches: no recording of it was found. Not 502 or any status the
+OpenAI and AI SDKs retry (408, 409, 429, >= 500), which turned one miss into four identical
+requests and a slow test; not 400 or 422 either, which the proxy's refusal learning reads as
+the upstream naming a parameter it rejects (a miss differing at `body.temperature` would drop
+temperature and ask again)."""
+
 
 def relative_path(request: httpx.Request, default_base_url: str) -> str:
     context = context_of(request)
@@ -108,7 +115,7 @@ class ReplayTransport(httpx.AsyncBaseTransport):
     store (what earlier turns taught this process), so the fields it writes are left out of the
     match (`cassettes.ProxyWrittenFields`): a follow-up turn replays alone, in any order, in
     parallel workers. Everything the client sent is still compared, and an unmatched request's
-    502 names a field the client can change."""
+    404 names a field the client can change."""
 
     def __init__(self, cassettes: list[Cassette], base_url: str, timing: bool = False) -> None:
         self._base_url = base_url
@@ -178,7 +185,7 @@ class ReplayTransport(httpx.AsyncBaseTransport):
         error = {
             "error": {"message": message, "type": "replay_error", "code": "no_matching_cassette"}
         }
-        return httpx.Response(502, json=error)
+        return httpx.Response(REPLAY_MISS_STATUS, json=error)
 
 
 class _ReplayedStream(httpx.AsyncByteStream):

@@ -267,16 +267,20 @@ def test_an_unset_key_variable_is_one_line_and_sends_nothing(
     assert err == "streamfix doctor: --api-key-env DOCTOR_UNSET_KEY: that variable is not set\n"
 
 
-def test_an_unreachable_upstream_is_a_row_not_a_traceback(
+def test_an_unreachable_upstream_stops_at_once_with_the_proxys_line(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    """Not eleven `not_fixable ... ConnectError` rows and a config to paste: the first
+    connection failure ends the run with the line the proxy itself answers a client with."""
     with running(upstreams.OPENAI) as (url, _):
         pass  # the server is gone: its port refuses
+    port = httpx.URL(url).port
     code = main(["doctor", "--upstream", url, "--model", "m", "--yes", "--json", "--timeout", "5"])
-    document = json.loads(capsys.readouterr().out)
-    assert code == 1
-    assert verdicts(document) == dict.fromkeys(NAMES, "not_fixable")
-    assert row(document, "plain_stream")["observed"] == "no answer: ConnectError"
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert err.splitlines()[-1] == (
+        f"streamfix doctor: upstream 127.0.0.1:{port} refused the connection"
+    )
 
 
 def test_from_recorded_cassettes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -294,11 +298,58 @@ def test_from_recorded_cassettes(tmp_path: Path, capsys: pytest.CaptureFixture[s
     document = json.loads(capsys.readouterr().out)
     assert len(fake.requests) == sent  # offline: nothing sent
     assert code == 0
-    assert document["upstream"] == url
+    assert document["upstreams"] == [{"base_url": url, "profile": "generic", "cassettes": 2}]
+    assert document["config"] is None  # cassettes show answers, not what an upstream accepts
+    assert {check["upstream"] for check in document["checks"]} == {url}
     assert sorted(verdicts(document).values()) == ["fine", "fixed"]
     fixed = next(c for c in document["checks"] if c["verdict"] == "fixed")
     assert "without an integer index" in fixed["observed"]
     assert "tool_call_index_added" in fixed["streamfix"]
+
+
+def test_from_the_repositorys_recordings_per_choice_and_per_recorded_upstream(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The repository's corpus: `n` = 2 with calls ending `tool_calls` in choice 0 and text
+    ending `stop` in choice 1 is right (each choice judged on its own); the report names each
+    upstream and profile the cassettes recorded and no model or configuration they did not."""
+    code = main(["doctor", "--from", str(ROOT / "recordings")])
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    n2 = next(line for line in lines if "openai_n2_choices" in line)
+    assert n2.split()[0] == "fine", n2
+    assert lines[0].startswith("streamfix doctor --from ")
+    assert "recorded against 2 upstreams" in lines[0]
+    assert "recorded against http://127.0.0.1:8000/v1, profile gemini: 10 cassettes" in lines
+    assert "recorded against http://127.0.0.1:8000/v1, profile generic: 17 cassettes" in lines
+    assert ", model " not in out and "Suggested configuration" not in out
+    assert "[upstream]" not in out and "base_url =" not in out
+    assert "No configuration suggested" in out
+    assert code == 1  # the recorded 429 and 500 and Gemini's 400: nothing a proxy can fix
+
+
+def test_a_choice_with_calls_that_stops_is_named(tmp_path: Path) -> None:
+    """Per choice both ways: choice 1's calls ending `stop` are still found, and named."""
+    from proxy.doctor.examine import problems, read_answer
+
+    def chunk(index: int, delta: dict[str, Any], finish: str | None = None) -> bytes:
+        choice = {"index": index, "delta": delta, "finish_reason": finish}
+        return b"data: " + json.dumps({"choices": [choice]}).encode() + b"\n\n"
+
+    call = {"index": 0, "id": "c1", "type": "function"}
+    call["function"] = {"name": "f", "arguments": "{}"}
+    body = b"".join(
+        [
+            chunk(0, {"role": "assistant", "content": "hi"}),
+            chunk(1, {"role": "assistant", "tool_calls": [call]}),
+            chunk(0, {}, "stop"),
+            chunk(1, {}, "stop"),
+            b"data: [DONE]\n\n",
+        ]
+    )
+    found = [p.text for p in problems(read_answer(200, body, True), {}, 0)]
+    assert any("sent calls but finished with 'stop'" in text for text in found), found
+    assert not any(text.startswith("sent calls") for text in found), found  # choice 1 named
 
 
 def test_from_a_directory_without_cassettes(

@@ -77,3 +77,16 @@ def test_ordinary_lines_are_unchanged_and_tracebacks_keep_their_lines() -> None:
     lines = text.format(failing).splitlines()
     assert lines[0].endswith("a\\nb") and lines[1] == "Traceback (most recent call last):"
     assert escape_controls("tab\there") == "tab\\there"
+
+
+def test_an_exchange_nothing_changed_reads_none_in_the_log_as_in_the_header(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Before: `repairs=-` in the log line beside `x-streamfix-repairs: none`: one fact, two
+    # spellings to search for.
+    caplog.set_level(logging.INFO)
+    with running_fake_upstream() as (_, root), running_proxy(f"{root}/v1") as proxy:
+        response = httpx.get(f"{proxy}/v1/models", timeout=TIMEOUT)
+    assert response.headers["x-streamfix-repairs"] == "none"
+    (record,) = [r for r in caplog.records if r.name == "proxy.server.app" and "route=" in r.msg]
+    assert record.getMessage().endswith(" repairs=none")

@@ -34,6 +34,15 @@ POLICY_RC_D = Path("/usr/sbin/policy-rc.d")
 # `exit 101` is "action forbidden" to invoke-rc.d: the package installs, its service stays down.
 POLICY_SCRIPT = "#!/bin/sh\nexit 101\n"
 PREFIX = "ensure_redis:"
+LOCK_WAIT_SECONDS = 300
+"""How long apt-get waits for the dpkg/apt lock held by another process (an unattended
+upgrade on a fresh machine, a second `apt-get` in a CI step) before it gives up (exit 100)."""
+LOCK_HELD = "Could not get lock"
+"""apt's own words when the wait ran out: `E: Could not get lock /var/lib/dpkg/lock-frontend.
+It is held by process 1234 (apt-get)`."""
+LOCK_HELD_EXIT = 75
+"""EX_TEMPFAIL: the exit status for "the lock was held", so that a run under sudo tells the
+run that started it (which writes the last line) why it failed."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +54,8 @@ class Manager:
     needs_root: bool = True
     env: dict[str, str] = field(default_factory=dict)
     block_services: bool = False  # apt: the policy-rc.d around the install
+    lock_options: tuple[str, ...] = ()
+    """Put after the command's name when run here (not in the advice a user reads)."""
 
     def advice(self, *, as_user: bool = True) -> str:
         """The commands as one shell line; with `sudo` when a user would need it."""
@@ -57,6 +68,7 @@ APT = Manager(
     (("apt-get", "update", "-qq"), ("apt-get", "install", "-y", "-qq", "redis-server")),
     env={"DEBIAN_FRONTEND": "noninteractive"},
     block_services=True,
+    lock_options=("-o", f"DPkg::Lock::Timeout={LOCK_WAIT_SECONDS}"),
 )
 DNF = Manager("dnf", (("dnf", "install", "-y", "/usr/bin/redis-server"),))
 APK = Manager("apk", (("apk", "add", "--no-cache", "redis"),))
@@ -128,8 +140,9 @@ def _say(line: str) -> None:
 
 
 def install(manager: Manager, run: Callable[..., subprocess.CompletedProcess[bytes]]) -> int:
-    """Run `manager`'s commands (as we are), with the policy-rc.d for apt; the first failure's
-    exit status, or 0."""
+    """Run `manager`'s commands (as we are), with the policy-rc.d and the lock wait for apt; the
+    first failure's exit status, or 0. Each command's error output is read (and written on to
+    stderr as it came) so that a lock held past the wait is named in the failure line."""
     env = {**os.environ, **manager.env}
     own_policy = False
     if manager.block_services and not POLICY_RC_D.exists():
@@ -138,10 +151,13 @@ def install(manager: Manager, run: Callable[..., subprocess.CompletedProcess[byt
         own_policy = True
     try:
         for command in manager.commands:
-            status = run(list(command), env=env, stdin=subprocess.DEVNULL).returncode
-            if status != 0:
-                _say(f"`{' '.join(command)}` failed (exit {status})")
-                return status
+            argv = [command[0], *manager.lock_options, *command[1:]]
+            done = run(argv, env=env, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            errors = (done.stderr or b"").decode("utf-8", "replace")
+            sys.stderr.write(errors)
+            if done.returncode != 0:
+                _say(f"`{' '.join(argv)}` failed (exit {done.returncode})")
+                return LOCK_HELD_EXIT if LOCK_HELD in errors else done.returncode
         return 0
     finally:
         if own_policy:
@@ -206,6 +222,15 @@ def main(
             return install(manager, run)
 
         status = _locked(attempt)
+    if status == LOCK_HELD_EXIT:
+        print(
+            f"installing {BINARY} with {manager.name} failed: another process held the package "
+            f"manager's lock for more than {LOCK_WAIT_SECONDS} s ({manager.name} waited for it): "
+            f"run the tests again once it is done, or run `{manager.advice()}` by hand",
+            file=sys.stderr,
+            flush=True,
+        )
+        return status
     if status != 0:
         print(
             f"installing {BINARY} with {manager.name} failed (exit {status}): run "

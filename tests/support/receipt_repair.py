@@ -8,6 +8,7 @@ import copy
 from typing import Any
 
 from proxy.repair.exchange import Exchange
+from proxy.repair.pipeline import RepairChain
 from proxy.repair.receipts.store import MemoryStore
 from proxy.repair.repairs.receipts import ReceiptRepair
 from proxy.repair.rules import RouteRules
@@ -44,7 +45,7 @@ class Harness:
     def respond(self, body: dict, **scope: Any) -> Exchange:
         repair, exchange = self.repair(messages=scope.pop("messages", None), **scope)
         sent = copy.deepcopy(body)
-        assert asyncio.run(repair.on_response(body)) is False
+        assert asyncio.run(RepairChain([repair], strict=True).on_response(body)) is False
         assert body == sent  # capture never edits
         return exchange
 

@@ -23,8 +23,11 @@ def no_sudo() -> bool:
 class Recorder:
     """Stands in for subprocess.run: records each command, answers `status`."""
 
-    def __init__(self, status: int = 0, installs: list[str] | None = None) -> None:
+    def __init__(
+        self, status: int = 0, installs: list[str] | None = None, stderr: bytes = b""
+    ) -> None:
         self.status = status
+        self.stderr = stderr
         self.commands: list[list[str]] = []
         self.envs: list[dict[str, str]] = []
         self.installs = installs  # a made-up PATH that gains redis-server on the install
@@ -32,9 +35,9 @@ class Recorder:
     def __call__(self, command: list[str], **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
         self.commands.append(command)
         self.envs.append(kwargs.get("env") or {})
-        if self.installs is not None and command[:2] == ["apt-get", "install"]:
+        if self.installs is not None and command[0] == "apt-get" and "install" in command:
             self.installs.append("redis-server")
-        return subprocess.CompletedProcess(command, self.status)
+        return subprocess.CompletedProcess(command, self.status, stderr=self.stderr)
 
 
 def test_present_means_nothing_to_do() -> None:
@@ -62,9 +65,10 @@ def test_root_installs_with_apt_and_keeps_the_service_down(
         [], which=lambda name: name if name in path else None, euid=lambda: 0, run=run
     )
     assert status == 0
+    wait = ["-o", f"DPkg::Lock::Timeout={ensure_redis.LOCK_WAIT_SECONDS}"]
     assert recorder.commands == [
-        ["apt-get", "update", "-qq"],
-        ["apt-get", "install", "-y", "-qq", "redis-server"],
+        ["apt-get", *wait, "update", "-qq"],
+        ["apt-get", *wait, "install", "-y", "-qq", "redis-server"],
     ]
     assert all(env["DEBIAN_FRONTEND"] == "noninteractive" for env in recorder.envs)
     assert seen_policy == [ensure_redis.POLICY_SCRIPT] * 2
@@ -92,10 +96,43 @@ def test_a_failed_install_is_one_line_last(
     recorder = Recorder(status=100)
     status = ensure_redis.main([], which=on_path("apt-get"), euid=lambda: 0, run=recorder)
     assert status == 100
-    assert recorder.commands == [["apt-get", "update", "-qq"]]  # stopped at the first failure
+    assert len(recorder.commands) == 1  # stopped at the first failure (update)
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last.startswith("installing redis-server with apt-get failed (exit 100)")
     assert not (tmp_path / "policy-rc.d").exists()
+
+
+def test_a_lock_held_past_the_wait_is_named_in_the_last_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """apt-get waits for the lock (its own DPkg::Lock::Timeout); when another apt process
+    still holds it after that, the last line says so instead of a bare "exit 100"."""
+    monkeypatch.setattr(ensure_redis, "POLICY_RC_D", tmp_path / "policy-rc.d")
+    apt_says = (
+        b"E: Could not get lock /var/lib/dpkg/lock-frontend. It is held by process 4242 (apt-get)\n"
+    )
+    recorder = Recorder(status=100, stderr=apt_says)
+    status = ensure_redis.main([], which=on_path("apt-get"), euid=lambda: 0, run=recorder)
+    assert status == ensure_redis.LOCK_HELD_EXIT
+    err = capsys.readouterr().err
+    assert "It is held by process 4242" in err  # apt's own words, passed on
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("installing redis-server with apt-get failed: another process held")
+    assert f"more than {ensure_redis.LOCK_WAIT_SECONDS} s" in last
+
+
+def test_a_lock_held_under_sudo_reaches_the_last_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """The root run under sudo exits LOCK_HELD_EXIT; the run that started it names the lock."""
+    recorder = Recorder(status=ensure_redis.LOCK_HELD_EXIT)
+    status = ensure_redis.main(
+        [],
+        which=on_path("apt-get", "sudo"),
+        euid=lambda: 1000,
+        passwordless_sudo=lambda: True,
+        run=recorder,
+    )
+    assert status == ensure_redis.LOCK_HELD_EXIT
+    assert "held the package manager's lock" in capsys.readouterr().err.strip().splitlines()[-1]
 
 
 def test_not_root_without_sudo_prints_one_line_and_installs_nothing(

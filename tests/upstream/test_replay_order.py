@@ -15,7 +15,7 @@ with its own store (`pytest-xdist`); every way gives the client the same bytes a
   (tests/support/gemini_upstream.py), under the evidence profile and under the configured `gemini`
   profile (which fills Google's placeholder on a miss): signatures on calls, on a text turn,
   injected, stripped and placeholder'd.
-- Matching is not weakened: a changed tool result or call still gets the 502, naming the
+- Matching is not weakened: a changed tool result or call still gets the 404, naming the
   client's field and not a receipt; cassettes recorded with the very receipts a request carries
   win over those that differ only there; receipt paths outside assistant turns still count.
 - `streamfix replay` (each cassette alone) passes on the recorded flow.
@@ -346,13 +346,13 @@ async def _alone(conversation: Conversation, body: dict[str, Any]) -> httpx.Resp
     ],
     ids=["tool result", "call arguments", "call id"],
 )
-def test_a_changed_follow_up_still_gets_the_502_naming_the_clients_field(
+def test_a_changed_follow_up_still_gets_the_404_naming_the_clients_field(
     gemini_flow: Conversation, change: Any, field: str
 ) -> None:
     body = _follow_up(gemini_flow)
     change(body)
     response = anyio.run(_alone, gemini_flow, body)
-    assert response.status_code == 502
+    assert response.status_code == 404
     error = response.json()["error"]
     assert error["code"] == "no_matching_cassette"
     assert "0002-" in error["message"], error["message"]

@@ -1,6 +1,6 @@
 """Recording and replaying proxies served from the command line, and requests matched to
 cassettes: `--replay-timing` keeps the recorded pacing, `serve --record` writes a cassette per
-exchange, volatile fields do not matter, and an unmatched request gets a 502 naming the nearest
+exchange, volatile fields do not matter, and an unmatched request gets a 404 naming the nearest
 cassette and the differing field (an API error for the SDK).
 """
 
@@ -102,13 +102,13 @@ def test_recorded_request_replays_and_volatile_fields_do_not_matter(corpus_proxy
     ],
     ids=["content", "tool_choice", "extra message"],
 )
-def test_unmatched_request_gets_a_502_naming_the_nearest_cassette_and_field(
+def test_unmatched_request_gets_a_404_naming_the_nearest_cassette_and_field(
     corpus_proxy: str, change: Any, field: str
 ) -> None:
     body = gemma4_request()
     change(body)
     response = httpx.post(f"{corpus_proxy}/v1/chat/completions", json=body, timeout=10)
-    assert response.status_code == 502
+    assert response.status_code == 404
     error = response.json()["error"]
     assert error["type"] == "replay_error" and error["code"] == "no_matching_cassette"
     assert "vllm_gemma4_missing_id_name.json" in error["message"]
@@ -125,5 +125,24 @@ def test_unmatched_request_is_an_api_error_for_the_sdk(corpus_proxy: str) -> Non
             tools=body["tools"],
             tool_choice=body["tool_choice"],
         )
-    assert caught.value.status_code == 502
+    assert caught.value.status_code == 404
     assert "body.messages[0].content" in str(caught.value)
+
+
+def test_a_miss_is_not_retried_by_the_sdk(corpus_proxy: str) -> None:
+    """With the SDK's default retries (2), a miss is asked once: 404 is not among the statuses
+    OpenAI's SDKs retry (408, 409, 429, >= 500), and the error names the differing field."""
+    sent: list[httpx.Request] = []
+    client = openai.OpenAI(
+        base_url=f"{corpus_proxy}/v1",
+        api_key="sk-replay",
+        timeout=30,
+        http_client=httpx.Client(event_hooks={"request": [sent.append]}),
+    )
+    with pytest.raises(openai.NotFoundError) as caught:
+        client.chat.completions.create(
+            model="gemma", messages=[{"role": "user", "content": "never recorded"}]
+        )
+    assert len(sent) == 1
+    assert caught.value.code == "no_matching_cassette"
+    assert "differs at body.messages[0].content" in str(caught.value)

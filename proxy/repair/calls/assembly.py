@@ -125,7 +125,9 @@ class CallAssembler:
         """Merge one delta's `tool_calls` entries; return the calls they touched, in order."""
         dicts = objects_in(entries)
         positional = len(dicts) > 1
-        touched: list[ToolCall] = []
+        # By identity: calls compare by value (a dataclass), and a non-streamed message's
+        # calls all come in one delta, thousands of them from a hostile upstream.
+        touched: dict[int, ToolCall] = {}
         for position, entry in enumerate(dicts):
             call = self._match(entry, position if positional else None)
             self._budget.charge(call.merge(entry))
@@ -133,9 +135,8 @@ class CallAssembler:
                 call.upstream_indexes.add(index)
             if call.id is not None and (call is self._opened or call.id not in self._by_id):
                 self._by_id[call.id] = call  # a reused id now means its newest call
-            if call not in touched:
-                touched.append(call)
-        return touched
+            touched.setdefault(id(call), call)
+        return list(touched.values())
 
     def _match(self, entry: dict[str, Any], position: int | None) -> ToolCall:
         call_id = entry.get("id")

@@ -45,16 +45,6 @@ class ReusedCallIdRepair(Repair):
                     changed |= self._rename(entry, where)
         return [chunk] if changed else None
 
-    async def on_response(self, body: dict[str, Any]) -> bool:
-        changed = False
-        for choice in choices_of(body):
-            message = choice.get("message")
-            calls = objects_in(message.get("tool_calls")) if isinstance(message, dict) else []
-            for position, call in enumerate(calls):
-                if isinstance(call.get("id"), str):
-                    changed |= self._rename(call, (choice_index(choice), position))
-        return changed
-
     def _rename(self, call: dict[str, Any], where: tuple[int, int]) -> bool:
         taken = self._history_ids()
         original = call["id"]

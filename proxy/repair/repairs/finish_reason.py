@@ -67,19 +67,6 @@ class FinishReasonRepair(Repair):
             for index in sorted(self._seen - self._finished)
         ]
 
-    async def on_response(self, body: dict[str, Any]) -> bool:
-        changed = False
-        for choice in choices_of(body):
-            message = choice.get("message")
-            has_calls = isinstance(message, dict) and bool(message.get("tool_calls"))
-            if has_calls and choice.get("finish_reason") is None:
-                choice["finish_reason"] = "tool_calls"
-                self._exchange.count("finish_reason_added")
-                changed = True
-            elif has_calls and choice.get("finish_reason") == "stop":
-                changed |= self._rewrite(choice, "tool_calls")
-        return changed
-
     def _rewrite(self, choice: dict[str, Any], reason: str) -> bool:
         choice["finish_reason"] = reason
         self._exchange.count("finish_reason_rewritten")

@@ -131,24 +131,6 @@ class ReceiptRepair(Repair):
         await self._save(self._captured)
         return []
 
-    async def on_response(self, body: dict[str, Any]) -> bool:
-        if not self._keeps:
-            return False
-        for choice in choices_of(body):
-            message = choice.get("message")
-            if not isinstance(message, dict):
-                continue
-            for call in injection.calls_of(message):
-                receipt = _receipt(call, self._call_rules)
-                if receipt and isinstance(call.get("id"), str):
-                    self._captured[injection.call_key(call["id"])] = receipt
-            builders = [FieldBuilder(rule) for rule in self._message_rules]
-            for builder in builders:
-                builder.feed(message)
-            self._capture_message(message, {b.rule.path: b.value() for b in builders})
-        await self._save(self._captured)
-        return False
-
     def _observe(self, index: int, delta: dict[str, Any]) -> None:
         content = delta.get("content")
         if isinstance(content, str):
@@ -174,9 +156,6 @@ class ReceiptRepair(Repair):
             receipt = _receipt(entry, self._call_rules)
             if call_id and receipt:
                 self._calls.setdefault(call_id, {}).update(receipt)
-
-    def _capture_message(self, message: dict[str, Any], values: dict[tuple[str, ...], Any]) -> None:
-        self._capture(injection.message_key(message, self._prompt()), values)
 
     def _capture(self, named: tuple[str, str] | None, values: dict[tuple[str, ...], Any]) -> None:
         if named is None:

@@ -26,6 +26,8 @@ class SingleRoleRepair(Repair):
     `openai_call_role_finish_one_chunk`, `openai_no_role`.
     """
 
+    stream_framing = True  # a non-streamed message carries its role as the upstream wrote it
+
     def __init__(self, exchange: Exchange) -> None:
         self._exchange = exchange
         self._started: set[int] = set()

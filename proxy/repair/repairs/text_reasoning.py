@@ -6,7 +6,6 @@ from typing import Any
 
 from proxy.repair.chunks import (
     choice_index,
-    choices_of,
     envelope,
     new_chunk,
     without_empty_choices,
@@ -90,31 +89,6 @@ class TextReasoningRepair(Repair):
             if self._write(index, delta, *self._splitters[index].finish()):
                 out.append(new_chunk(self._envelope, {"index": index, "delta": delta}))
         return out
-
-    async def on_response(self, body: dict[str, Any]) -> bool:
-        if not self._enabled:
-            return False
-        changed = False
-        for choice in choices_of(body):
-            message = choice.get("message")
-            if not isinstance(message, dict) or _has_reasoning(message):
-                continue
-            content = message.get("content")
-            if not isinstance(content, str):
-                continue
-            splitter = ReasoningSplitter(self._opened_by_template)
-            reasoning, text = splitter.feed(content)
-            held_reasoning, held_text = splitter.finish()
-            if splitter.unopened_close:
-                self._unopened_close(choice_index(choice))
-            reasoning += held_reasoning
-            text += held_text
-            if reasoning or text != content:
-                # A message keeps its `content` key, even emptied: clients read it as "".
-                message["content"] = text
-                self._add_reasoning(choice_index(choice), message, reasoning)
-                changed = True
-        return changed
 
     def _split(
         self, index: int, splitter: ReasoningSplitter, choice: dict[str, Any], delta: Any

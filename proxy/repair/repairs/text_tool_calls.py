@@ -90,35 +90,6 @@ class TextToolCallRepair(Repair):
                 closing.append(new_chunk(self._envelope, {"index": index, "delta": delta}))
         return closing
 
-    async def on_response(self, body: dict[str, Any]) -> bool:
-        if self._tools is None:
-            return False
-        changed = False
-        self._envelope = envelope(body)
-        for choice in choices_of(body):
-            message = choice.get("message")
-            if not isinstance(message, dict):
-                continue
-            content = message.get("content")
-            if type(content) is not str or not content:
-                continue
-            index = choice_index(choice)
-            recogniser = self._recogniser(index)
-            text, calls = recogniser.feed(content)
-            rest, more = recogniser.finish(truncated=choice.get("finish_reason") == "length")
-            text, calls = text + rest, calls + more
-            if not calls:
-                continue  # refused spans went out exactly as received: nothing changed
-            message["content"] = text or None
-            existing = message.get("tool_calls")
-            known = existing if isinstance(existing, list) else []
-            entries = self._entries(index, calls, len(known))
-            for entry in entries:
-                del entry["index"]  # a message's calls are a list: no index, as OpenAI's
-            message["tool_calls"] = known + entries
-            changed = True
-        return changed
-
     def _recogniser(self, index: int) -> CallRecogniser:
         recogniser = self._choices.get(index)
         if recogniser is None:

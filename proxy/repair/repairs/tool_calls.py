@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from proxy.repair.calls.arguments import ArgumentMender
 from proxy.repair.calls.assembly import AssemblyBudget, CallAssembler, ToolCall
 from proxy.repair.calls.declared import DeclaredTools
@@ -72,26 +70,6 @@ class ToolCallRepair(Repair):
             closing.extend(self._flush(index))
         return closing
 
-    async def on_response(self, body: dict[str, Any]) -> bool:
-        changed = False
-        for choice in choices_of(body):
-            message = choice.get("message")
-            if not isinstance(message, dict):
-                continue
-            calls = message.get("tool_calls")
-            if isinstance(calls, list) and calls:
-                before = orjson.dumps(calls)
-                self._envelope = envelope(body)
-                kept = [
-                    call
-                    for position, call in enumerate(calls)
-                    if self._complete_message_call(choice, position, call)
-                ]
-                self._repair_message_arguments(kept)
-                message["tool_calls"] = kept
-                changed |= orjson.dumps(kept) != before
-        return changed
-
     def _take_entries(self, choice: dict[str, Any], delta: dict[str, Any]) -> None:
         entries = delta.pop("tool_calls")
         if not isinstance(entries, list) or not entries:
@@ -101,7 +79,10 @@ class ToolCallRepair(Repair):
         if assembler is None:
             assembler = self._choices[index] = CallAssembler(self._budget, self._exchange.count)
         touched = assembler.add(entries)
-        if self._incremental:
+        # Calls that come with their choice's finish are whole (a non-streamed message's, or
+        # a last delta): nothing is left to stream of them, so they go out as atomic mode
+        # sends them, mended, just before that finish.
+        if self._incremental and not choice.get("finish_reason"):
             out = [entry for call in touched if (entry := self._incremental_entry(index, call))]
             if out:
                 delta["tool_calls"] = out
@@ -142,25 +123,6 @@ class ToolCallRepair(Repair):
             reshaped = self._reshaped(call.name, call.arguments)
             if reshaped != call.arguments:
                 call.fragments = [reshaped]
-
-    def _repair_message_arguments(self, calls: list[Any]) -> None:
-        functions = [
-            c["function"]
-            for c in calls
-            if isinstance(c, dict) and isinstance(c.get("function"), dict)
-        ]
-        for function in functions:
-            if isinstance(function.get("arguments"), dict):
-                # Some servers put the arguments object itself where the client needs a string.
-                function["arguments"] = orjson.dumps(function["arguments"]).decode()
-                self._exchange.count("arguments_object_stringified")
-        texts = [f.get("arguments") for f in functions]
-        if not all(isinstance(text, str) for text in texts):
-            return  # garbage: passed on as received
-        for function, text in zip(functions, self._mended(texts) or (), strict=False):
-            function["arguments"] = text
-        for function in functions:
-            function["arguments"] = self._reshaped(function.get("name"), function["arguments"])
 
     def _reshaped(self, name: object, arguments: str) -> str:
         """Arguments an upstream encoded once too often, decoded once where the declared tool's
@@ -242,32 +204,6 @@ class ToolCallRepair(Repair):
             self._exchange.count("arguments_object_stringified")
         if call.entries > 1 and not self._incremental:
             self._exchange.count("tool_call_fragments_assembled")
-
-    def _complete_message_call(self, choice: dict[str, Any], position: int, call: Any) -> bool:
-        """Non-streaming: give a message's call its type and id; False drops a nameless call."""
-        if not isinstance(call, dict):
-            return True  # not ours to judge: passed on as received
-        function = call.get("function")
-        if not isinstance(function, dict):
-            return True
-        raw_arguments = function.get("arguments")
-        arguments = raw_arguments if isinstance(raw_arguments, str) else ""
-        if not function.get("name"):
-            name = unambiguous_tool_name(self._exchange.request, arguments)
-            if name is None:
-                self._exchange.note("tool_call_without_name", "left out a nameless call")
-                return False
-            function["name"] = name
-            self._exchange.count("tool_call_name_inferred")
-        if "type" not in call:
-            call["type"] = "function"
-            self._exchange.count("tool_call_type_added")
-        if not call.get("id"):
-            call["id"] = self._seeded_id(
-                choice_index(choice), position, function["name"], arguments
-            )
-            self._exchange.count("tool_call_id_generated")
-        return True
 
     def _seeded_id(self, choice: int, position: int, name: str, arguments: str) -> str:
         """Deterministic: replaying the same exchange must give the same ids."""

@@ -55,16 +55,6 @@ class ToolNameRepair(Repair):
                 changed |= self._restore(delta)
         return [chunk] if changed else None
 
-    async def on_response(self, body: dict[str, Any]) -> bool:
-        if not self._back:
-            return False
-        changed = False
-        for choice in choices_of(body):
-            message = choice.get("message")
-            if isinstance(message, dict):
-                changed |= self._restore(message)
-        return changed
-
     def _restore(self, message: dict[str, Any]) -> bool:
         """Give a message's or delta's calls the client's names back."""
         functions = [call.get("function") for call in objects_in(message.get("tool_calls"))]

@@ -95,6 +95,7 @@ def test_non_streamed_leak_and_empty_arguments_are_mended() -> None:
     import asyncio
 
     from proxy.repair.exchange import Exchange
+    from proxy.repair.pipeline import RepairChain
     from proxy.repair.repairs.tool_calls import ToolCallRepair
 
     def call(i: int, text: str) -> dict:
@@ -113,7 +114,7 @@ def test_non_streamed_leak_and_empty_arguments_are_mended() -> None:
         ]
     }
     exchange = Exchange("r")
-    assert asyncio.run(ToolCallRepair(exchange).on_response(body))
+    assert asyncio.run(RepairChain([ToolCallRepair(exchange)], strict=True).on_response(body))
     texts = [c["function"]["arguments"] for c in body["choices"][0]["message"]["tool_calls"]]
     assert texts == ['{"a": "xy"}', '{"b": 2}', "{}"]
     assert exchange.repairs == {"arguments_leak": 2, "arguments_empty": 1}

@@ -14,6 +14,7 @@ import asyncio
 
 from proxy.repair.conformance import stream_chunks, violations
 from proxy.repair.exchange import Exchange
+from proxy.repair.pipeline import RepairChain
 from proxy.repair.repairs.finish_reason import FinishReasonRepair
 from tests.support.streams import content, finish_reasons, repair_stream, sse
 
@@ -96,12 +97,14 @@ def test_a_second_finish_is_emptied_and_its_chunk_kept() -> None:
 def test_a_non_streamed_message_with_calls_finishes_with_tool_calls() -> None:
     repair, exchange = counted()
     body = {"choices": [{"index": 0, "message": {"tool_calls": [CALL]}, "finish_reason": "stop"}]}
-    assert asyncio.run(repair.on_response(body)) is True
+    assert asyncio.run(RepairChain([repair], strict=True).on_response(body)) is True
     assert body["choices"][0]["finish_reason"] == "tool_calls"
     text = {"choices": [{"index": 0, "message": {"content": "a"}, "finish_reason": "stop"}]}
-    assert asyncio.run(counted()[0].on_response(text)) is False
+    assert asyncio.run(RepairChain([counted()[0]], strict=True).on_response(text)) is False
     missing = {"choices": [{"index": 0, "message": {"tool_calls": [CALL]}, "finish_reason": None}]}
-    assert asyncio.run(repair.on_response(missing)) is True
+    # A fresh link: the one above has seen choice 0 finish.
+    fresh = RepairChain([FinishReasonRepair(exchange)], strict=True)
+    assert asyncio.run(fresh.on_response(missing)) is True
     assert missing["choices"][0]["finish_reason"] == "tool_calls"
     assert exchange.repairs == {"finish_reason_rewritten": 1, "finish_reason_added": 1}
 

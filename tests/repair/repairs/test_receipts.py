@@ -9,6 +9,7 @@ import pytest
 
 from proxy.repair.conformance import stream_chunks
 from proxy.repair.exchange import Exchange
+from proxy.repair.pipeline import RepairChain
 from proxy.repair.profiles import PROFILES, SKIP_SIGNATURE_VALIDATOR, profile_for
 from proxy.repair.receipts.store import MemoryStore
 from proxy.repair.repairs.receipts import ReceiptRepair
@@ -213,7 +214,7 @@ def test_non_streamed_response_is_captured() -> None:
             }
         ]
     }
-    asyncio.run(repair.on_response(response))
+    asyncio.run(RepairChain([repair], strict=True).on_response(response))
     messages, _ = h.request(follow_up(signed("n1")))
     assert signature_of(messages[1]["tool_calls"][0]) == "SIG-N"
 

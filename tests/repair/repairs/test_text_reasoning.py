@@ -187,7 +187,7 @@ def test_the_disabled_rule_turns_the_link_off() -> None:
     repair, _ = link(text_reasoning=False)
     assert not repair.wants_chunks()
     body = completion({"role": "assistant", "content": "<think>r</think>a"})
-    assert not asyncio.run(repair.on_response(body))
+    assert not asyncio.run(RepairChain([repair], strict=True).on_response(body))
     assert body == completion({"role": "assistant", "content": "<think>r</think>a"})
 
 
@@ -198,7 +198,7 @@ def test_the_disabled_rule_turns_the_link_off() -> None:
 def test_a_completion_gets_its_reasoning_moved(field: str) -> None:
     repair, exchange = link(reasoning_field=field)
     body = completion({"role": "assistant", "content": "\n<think>r</think>\n\nIt is sunny."})
-    assert asyncio.run(repair.on_response(body))
+    assert asyncio.run(RepairChain([repair], strict=True).on_response(body))
     assert body == completion(thought("r", field, role="assistant", content="It is sunny."))
     assert exchange.repairs == {"reasoning_from_text": 1}
 
@@ -209,7 +209,7 @@ def test_a_completion_with_its_own_reasoning_or_plain_content_is_left_alone() ->
     plain = {"role": "assistant", "content": "It is sunny."}
     for message in (own, plain):
         body = completion(dict(message))
-        assert not asyncio.run(repair.on_response(body))
+        assert not asyncio.run(RepairChain([repair], strict=True).on_response(body))
         assert body == completion(message)
     assert exchange.repairs == {}
 
@@ -217,7 +217,7 @@ def test_a_completion_with_its_own_reasoning_or_plain_content_is_left_alone() ->
 def test_a_completion_with_an_unopened_close_is_counted() -> None:
     repair, exchange = link()
     body = completion({"role": "assistant", "content": "Greet.</think>Hi!"})
-    assert not asyncio.run(repair.on_response(body))
+    assert not asyncio.run(RepairChain([repair], strict=True).on_response(body))
     assert exchange.repairs == {"reasoning_close_unopened": 1}
 
 
