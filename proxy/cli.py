@@ -297,13 +297,14 @@ def _explain(args: argparse.Namespace) -> int:
 
 def _config(args: argparse.Namespace) -> int:
     from proxy.settings.display import as_toml, masked
-    from proxy.upstream.rules_view import rules_in_force
+    from proxy.upstream.rules_view import learned, rules_in_force
 
     settings = _settings(args)
     document = masked(settings, os.environ)
     shown = [document["upstream"], *document["routes"]]
     for upstream, table in zip([settings.upstream, *settings.routes], shown, strict=True):
         table["rules_in_force"] = rules_in_force(upstream)
+        table["learned"] = learned(settings.receipts.store, upstream)
     if args.json:
         print(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
     else:

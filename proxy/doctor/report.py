@@ -11,6 +11,7 @@ from proxy.doctor.examine import Problem
 from proxy.repair.profiles import PROFILES, profile_from_base_url
 from proxy.repair.rules import RouteRuleKeys, resolve
 from proxy.settings.toml_text import dumps
+from proxy.upstream.refusal_rules import REQUEST_RULES
 
 FINE, FIXED, NOT_FIXABLE = "fine", "fixed", "not_fixable"
 
@@ -22,6 +23,10 @@ HELPFUL_KEYS: tuple[tuple[str, str, str], ...] = (
     ("developer_role", "developer_role", "system"),
     ("two_system_messages", "system_messages", "merged"),
 )
+
+LEARNED = "learned automatically; set it to skip the first refusal"
+"""Said where the proxy learned a key from the upstream's refusal (upstream/refusal_rules.py)."""
+_LEARNED_KINDS = {rule.kind: rule.key for rule in REQUEST_RULES}
 
 
 @dataclass
@@ -65,7 +70,14 @@ class Row:
             key, remaining = self.with_config
             outcome = "; ".join(p.text for p in remaining) if remaining else "fixed"
             done = f"{done}; with {key}: {outcome}"
+        if self.learned:
+            done = f"{done}; {', '.join(self.learned)} {LEARNED}"
         return done
+
+    @property
+    def learned(self) -> list[str]:
+        """The route keys the proxy learned from this check's refusal."""
+        return [_LEARNED_KINDS[kind] for kind in self.repairs if kind in _LEARNED_KINDS]
 
 
 def _failing(found: list[Problem]) -> list[Problem]:
@@ -106,7 +118,8 @@ def suggested(
     for check, key, value in HELPFUL_KEYS:
         row = by_name.get(check)
         refused = row is not None and any(p.text.startswith("rejected") for p in row.direct)
-        if not refused or row is None or not _failing(row.after):
+        # Fixed through the proxy only by learning it from the refusal: worth setting still.
+        if not refused or row is None or not (_failing(row.after) or key in row.learned):
             continue
         # A key tried and still refused is not suggested: the row says what it got instead.
         failed = row.with_config is not None and bool(_failing(row.with_config[1]))

@@ -27,13 +27,22 @@ from proxy.repair.profiles import (
 
 SCHEMA_DIALECT_NAMES = ("auto", "none", *DIALECTS)
 TOOL_NAME_RULE_NAMES = ("auto", "none", *TOOL_NAME_RULES)
+LEARNABLE_KEYS = (
+    "schema_dialect",
+    "tool_names",
+    *(rule.name for rule in fields(MessageRules)),
+)
+"""The keys an upstream's refusal may set for a route while they are "auto"
+(proxy/upstream/refusal_rules.py): a key set explicitly, to any value, is never learned."""
 
 
 @dataclass(frozen=True, slots=True)
 class RouteRuleKeys:
     """The keys of an `[upstream]` or `[[routes]]` table that decide what the repairs do for
     that route, as the config file spells them (the settings inherit them: the table stays
-    flat). Each key that can be "auto" defaults to it: the profile decides."""
+    flat). Each key that can be "auto" defaults to it: the profile decides, and the upstream's
+    own refusal may teach it (`LEARNABLE_KEYS`); any other value is the route's, never learned
+    over."""
 
     text_tool_calls: bool = True
     """Turn tool-call markup the upstream wrote as content into real tool calls (only for
@@ -47,26 +56,33 @@ class RouteRuleKeys:
     """The chat template opens `<think>` itself: content starts as reasoning until `</think>`."""
     schema_dialect: str = "auto"
     """The JSON Schema dialect tool parameters are rewritten into: "auto" (the profile's:
-    gemini and vertex "gemini", kimi "moonshot", others none), "none", "gemini", "moonshot"."""
+    gemini and vertex "gemini", kimi "moonshot", others none), "none", "gemini", "moonshot".
+    Left "auto", also learned from the upstream's own refusal."""
     # The message rules (proxy/repair/messages/); "auto" is the profile's `MessageRules`.
     developer_role: str = "auto"
-    """"keep", or "system": `developer` messages go up as `system` (auto: deepseek, mistral)."""
+    """"keep", or "system": `developer` messages go up as `system` (auto: deepseek, mistral).
+    Left "auto", also learned from the upstream's own refusal."""
     system_messages: str = "auto"
     """"as_sent", or "merged": all system messages go up as one leading message, for chat
-    templates that want it (Qwen 3.5+ on vLLM: "System message must be at the beginning")."""
+    templates that want it (Qwen 3.5+ on vLLM: "System message must be at the beginning").
+    Left "auto", also learned from the upstream's own refusal."""
     assistant_tool_content: str = "auto"
     """Content beside an assistant's `tool_calls`: "as_sent", "null" ("" becomes null; auto:
-    mistral) or "empty" (null or missing becomes "", for LM Studio)."""
+    mistral) or "empty" (null or missing becomes "", for LM Studio). Left "auto", also learned
+    from the upstream's own refusal."""
     tool_content: str = "auto"
-    """"as_sent", or "string": tool results given as text parts go up as a string (auto: kimi)."""
+    """"as_sent", or "string": tool results given as text parts go up as a string (auto: kimi).
+    Left "auto", also learned from the upstream's own refusal."""
     tool_call_ids: str = "auto"
     """"as_sent", or "nine_alnum": call ids that are not nine alphanumerics are mapped to ones
-    that are, the same way on every turn (auto: mistral)."""
+    that are, the same way on every turn (auto: mistral). Left "auto", also learned from the
+    upstream's own refusal."""
     tool_names: str = "auto"
     """The rule tool names must follow upstream; names it rejects (`files.read`, `mcp/x/read`,
     a leading digit, over 64 characters) are renamed, and renamed back in the answer: "auto"
     (the profile's: gemini and vertex "gemini", openai and deepseek "openai", others none),
-    "none", "openai" (`[a-zA-Z0-9_-]{1,64}`), "gemini" (`[a-zA-Z_][a-zA-Z0-9_.:-]{0,63}`)."""
+    "none", "openai" (`[a-zA-Z0-9_-]{1,64}`), "gemini" (`[a-zA-Z_][a-zA-Z0-9_.:-]{0,63}`).
+    Left "auto", also learned from the upstream's own refusal."""
     learn_rejected_parameters: bool = True
     """When the upstream answers 400/422 naming a top-level parameter the request sent (not
     model, messages, tools, tool_choice or stream), send the request once more without it, and
@@ -105,6 +121,10 @@ class RouteRules:
     """What the markup repairs may do with text that is really calls or reasoning."""
     learn_rejected_parameters: bool = True
     """A 400/422 naming a parameter gets one more send without it, and is remembered."""
+    learnable: frozenset[str] = field(default=frozenset(LEARNABLE_KEYS), compare=False)
+    """The keys of `LEARNABLE_KEYS` the route left "auto": the ones a refusal may set. Not
+    compared: two routes whose repairs do the same have the same rules (doctor asks whether a
+    key changes anything)."""
 
 
 def resolve(keys: RouteRuleKeys, profile: ProviderProfile) -> RouteRules:
@@ -121,6 +141,7 @@ def resolve(keys: RouteRuleKeys, profile: ProviderProfile) -> RouteRules:
         ),
         markup=MarkupRules(**{rule.name: getattr(keys, rule.name) for rule in fields(MarkupRules)}),
         learn_rejected_parameters=keys.learn_rejected_parameters,
+        learnable=frozenset(key for key in LEARNABLE_KEYS if getattr(keys, key) == "auto"),
     )
 
 

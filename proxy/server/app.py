@@ -5,8 +5,10 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -20,6 +22,7 @@ from proxy.repair.exchange import Exchange
 from proxy.repair.pipeline import RepairChain
 from proxy.repair.receipts.store import ReceiptStore, open_store
 from proxy.repair.repairs import ChainOptions, default_repairs
+from proxy.repair.rules import RouteRules
 from proxy.repair.tenancy import ReceiptScope, tenant_of
 from proxy.server.asgi import StreamfixApp, http_error, internal_error
 from proxy.server.auth import is_allowed
@@ -42,7 +45,7 @@ from proxy.upstream.context import UPSTREAM, UpstreamContext, client_copy_of
 from proxy.upstream.failures import describe_failure, upstream_origin
 from proxy.upstream.headers import RawHeaders, request_headers, response_headers
 from proxy.upstream.http1 import RETRIED
-from proxy.upstream.refusals import NOTHING, Recalled, open_learning
+from proxy.upstream.refusals import Rebuild, open_learning
 from proxy.upstream.routes import Router, UpstreamRoute, upstream_url, without_credential_parameters
 from proxy.upstream.transports import upstream_transport
 from proxy.wire import json_codec
@@ -143,16 +146,33 @@ class Proxy:
         if renamed:
             body["model"] = route.upstream.model
         started = time.monotonic()  # the recall below is part of the exchange's time
-        learning = route.upstream.learn_rejected_parameters
-        recalled = await self.refusals.recall(route.identity, body) if learning else NOTHING
-        record = self._record(request, request_id, body, route, recalled, started)
-        exchange = record.exchange
-        chain = self.chain_factory(self.chain_options, exchange, self.store)
+        rules = route.rules(body.get("model"))
+        recalled = await self.refusals.recall(route.identity, body, rules)
+        record = self._record(request, request_id, body, route, recalled.applied(rules), started)
+        chain = self.chain_factory(self.chain_options, record.exchange, self.store)
         changed = await chain.on_request(body) or renamed
         content = json_codec.dumps(body) if changed else raw
-        upstream = await self._send(request, route, CHAT_PATH, content, record, resend=body)
+
+        async def rebuild(rules: RouteRules) -> dict[str, Any]:
+            """The request phase again, on the client's request, with the rules a refusal
+            called for (upstream/refusals.py): a fresh exchange and chain, so the answer's
+            repairs know what went up (tool names mapped back)."""
+            nonlocal chain
+            again = parse_chat_request(raw)
+            if renamed:
+                again["model"] = route.upstream.model
+            fresh = replace(record.exchange, request=again, rules=rules, repairs=Counter())
+            record.exchange = fresh
+            chain = self.chain_factory(self.chain_options, record.exchange, self.store)
+            await chain.on_request(again)
+            return again
+
+        upstream = await self._send(
+            request, route, CHAT_PATH, content, record, resend=body, rebuild=rebuild
+        )
         if isinstance(upstream, Response):
             return self._failed(record, upstream)
+        exchange = record.exchange
         status = upstream.status_code
         headers = upstream.headers
         delivery = delivery_mode(
@@ -251,18 +271,18 @@ class Proxy:
         request_id: str,
         body: dict[str, Any],
         route: UpstreamRoute,
-        recalled: Recalled,
+        rules: RouteRules,
         started: float,
     ) -> ExchangeRecord:
-        """A chat exchange: the repairs' view (with what this upstream refused before among
-        its rules) inside the server's record."""
+        """A chat exchange: the repairs' view (its route's rules, with what this upstream
+        refused before) inside the server's record."""
         # Every credential form the proxy forwards names the tenant, `?key=` included.
         query = request.scope.get("query_string", b"")
         tenant = tenant_of(request.headers, self.settings.receipts.tenant_header, query=query)
         exchange = Exchange(
             request_id=request_id,
             request=body,
-            rules=recalled.applied(route.rules(body.get("model"))),
+            rules=rules,
             scope=ReceiptScope(tenant, route.identity),
         )
         return ExchangeRecord(
@@ -282,11 +302,13 @@ class Proxy:
         content: bytes,
         record: ExchangeRecord,
         resend: dict[str, Any] | None = None,
+        rebuild: Rebuild | None = None,
     ) -> httpx.Response | Response:
         """Send the request upstream, and take back what the transport handed back with the
-        answer (a recorder's copy). With `resend` (the forwarded chat body) and a route that
-        learns, a refusal the upstream answers before generating is sent once more without
-        what it refused (upstream/refusals.py), which the exchange counts and logs."""
+        answer (a recorder's copy). With `resend` (the forwarded chat body), a refusal the
+        upstream answers before generating, of something the route learns, is sent once more
+        without what it refused (upstream/refusals.py; `rebuild` runs the request phase again
+        for a request rule), which the exchange counts and logs."""
         drop_credential = bool(self.proxy_keys)
         headers = request_headers(
             request.scope["headers"],
@@ -318,10 +340,13 @@ class Proxy:
         async def dispatch(outgoing: httpx.Request) -> httpx.Response | Response:
             return await self._dispatch(route, outgoing, record)
 
-        if resend is None or not route.upstream.learn_rejected_parameters:
+        if resend is None:
             upstream = await dispatch(outgoing)
         else:
-            upstream, learned = await self.refusals.send(dispatch, route.identity, resend, outgoing)
+            rules = record.exchange.rules
+            upstream, learned = await self.refusals.send(
+                dispatch, route.identity, resend, outgoing, rules, rebuild
+            )
             if learned is not None:
                 record.exchange.count(learned.kind, len(learned.keys))
                 log_learned(logger, record, learned)

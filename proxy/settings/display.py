@@ -14,7 +14,7 @@ from proxy.settings.values import parse_keys
 from proxy.wire.credentials import MASK, masked_url
 
 # Shown, but not config keys: where each secret comes from (secrets never become settings).
-NOTES = ("api_key", "proxy_api_keys", "rules_in_force")
+NOTES = ("api_key", "proxy_api_keys", "rules_in_force", "learned")
 
 TOML_HEADER = f"""\
 # streamfix effective configuration: defaults, the config file, STREAMFIX_* variables and flags.

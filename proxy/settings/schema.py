@@ -218,7 +218,8 @@ class ParameterSettings:
     their own keys."""
 
     ttl_seconds: float = 86_400.0
-    """How long a rejected parameter is dropped up front before it is tried again."""
+    """How long a rejected parameter is dropped up front, or a request rule learned from a
+    refusal applied, before it is tried again."""
     max_entries: int = 10_000
     """The memory store's bound (upstream, model and parameter per entry); oldest go first.
     With `receipts.store` on Redis, the TTL bounds them."""

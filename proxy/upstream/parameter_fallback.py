@@ -110,9 +110,13 @@ class RejectedParameters:
     def detect(self, error: str, request: Mapping[str, Any]) -> tuple[str, ...]:
         return tuple(rejected_parameters(error, request))
 
-    def apply(self, body: dict[str, Any], keys: Iterable[str]) -> None:
+    def learns(self, rules: RouteRules) -> bool:
+        return rules.learn_rejected_parameters
+
+    def apply(self, body: dict[str, Any], keys: Iterable[str]) -> bool:
         for name in keys:
             body.pop(name, None)
+        return True
 
     def candidates(self, request: Mapping[str, Any]) -> list[str]:
         return [name for name in request if name not in PROTECTED]

@@ -8,10 +8,15 @@ from collections.abc import Iterable
 
 from proxy.repair.receipts.store import MemoryStore, ReceiptStore, RedisStore
 from proxy.settings.schema import Settings
+from proxy.wire import json_codec
 
 KEY_PREFIX = "streamfix:parameters:"
 """The Redis namespace, apart from the receipts'. Named for its first rule, and kept: replicas
 of an older build read the same entries."""
+
+
+MODEL_SHOWN = 200
+"""The most of a model's name kept beside what was learned for it."""
 
 
 class RefusalMemory:
@@ -39,9 +44,9 @@ class RefusalMemory:
         return {keys[key] for key in found}
 
     def remember(self, identity: str, model: object, names: Iterable[str], status: int) -> None:
-        self.store.put_later(
-            {self.key(identity, model, name): {"status": status} for name in names}
-        )
+        # The model in words beside the status, for `streamfix config` (the key holds a digest).
+        said = {"status": status, "model": str(model)[:MODEL_SHOWN]}
+        self.store.put_later({self.key(identity, model, name): said for name in names})
 
     async def aclose(self) -> None:
         await self.store.aclose()
@@ -56,3 +61,30 @@ def open_memory(settings: Settings) -> RefusalMemory:
     else:
         store = RedisStore(settings.receipts.store, bounds.ttl_seconds, prefix=KEY_PREFIX)
     return RefusalMemory(store, bounds.ttl_seconds)
+
+
+def learned_in_redis(url: str, identity: str) -> list[str] | None:
+    """What the replicas sharing this Redis learned for one upstream, as `key (model, status)`
+    lines for `streamfix config`; None when Redis does not answer. Synchronous: the CLI's."""
+    import redis
+
+    client = redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
+    prefix = f"{KEY_PREFIX}{identity}:"
+    try:
+        keys = sorted(client.scan_iter(match=prefix + "*", count=1000))
+        values = client.mget(keys) if keys else []
+    except (redis.RedisError, OSError):
+        return None
+    finally:
+        client.close()
+    shown = []
+    for key, value in zip(keys, values, strict=True):
+        name = key.decode("utf-8", "replace")[len(prefix) :].partition(":")[2]
+        try:
+            said = json_codec.loads(value) if value is not None else {}
+        except json_codec.JSONDecodeError:
+            said = {}
+        model = said.get("model", "a model") if isinstance(said, dict) else "a model"
+        status = said.get("status", "?") if isinstance(said, dict) else "?"
+        shown.append(f"{name} (model {model}, refused with {status})")
+    return shown

@@ -4,16 +4,23 @@ detection, the memory and the single resend.
 An OpenAI-compatible upstream refuses a whole request, before generating anything (a 400 or a
 422, so nothing ran and nothing is billed), over one thing in it it does not take, and says
 what in its error body. Each `RefusalRule` reads one kind of such refusal: what it names
-(`detect`), how the request goes without it (`apply`), and how a later request goes without
-it up front (`adjust`, on the rules the request phase reads). The rules are table entries
-(`RULES`): a new refusal is one more entry, and the seam below stays as it is.
+(`detect`), how the request goes without it (`apply`, or the request phase built again with
+`adjust`), and how a later request goes without it up front (`adjust`, on the rules the request
+phase reads). The rules are table entries (`RULES`): the top-level parameters
+(parameter_fallback.py) and every request rule (refusal_rules.py); a new refusal is one more
+entry, and the seam below stays as it is.
 
 `RefusalLearning` sits between the app and the transport: the app hands it the request once
 (`send`), and it sends it, reads a refusal (bounded), and sends it once more without what was
-refused; never more than once, never for another status. What it learned is remembered per
-(upstream, model) in the store backend's own namespace (Redis shares it between replicas), and
-`recall` gives it back before the next request's repairs run. It reports what it did as a value
-(`Learned`), which the server counts and logs: the seam never reaches into the exchange.
+refused; never more than once, never for another status. A rule whose fix is a request repair
+(a schema dialect, tool names, a message shape) does not edit the forwarded body: the app's
+`rebuild` runs the request phase again on the client's request with the adjusted rules, so the
+repair exists once, and the answer's side (tool names mapped back) knows what was sent. What
+it learned is remembered per (upstream, model) in the store backend's own namespace (Redis
+shares it between replicas), and `recall` gives it back before the next request's repairs run.
+A route key set explicitly is never learned over (`RouteRules.learnable`). It reports what it
+did as a value (`Learned`), which the server counts and logs: the seam never reaches into the
+exchange.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from proxy.settings.schema import Settings
 from proxy.upstream.parameter_fallback import PARAMETERS
 from proxy.upstream.refusal_memory import RefusalMemory, open_memory
 from proxy.upstream.refusal_reading import read_refusal, resent
+from proxy.upstream.refusal_rules import REQUEST_RULES
 from proxy.wire import json_codec
 
 
@@ -51,8 +59,14 @@ class RefusalRule(Protocol):
         """The memory keys of what the error body refuses in `request`; () when it is not
         this rule's refusal, or when going without it would answer another question."""
 
-    def apply(self, body: dict[str, Any], keys: Iterable[str]) -> None:
-        """Edit the forwarded body for the resend, so it goes without what was refused."""
+    def learns(self, rules: RouteRules) -> bool:
+        """Whether the route lets this rule be learned (its key left "auto"), and it would
+        change something there."""
+
+    def apply(self, body: dict[str, Any], keys: Iterable[str]) -> bool:
+        """Edit the forwarded body for the resend, so it goes without what was refused; False
+        when the fix is a request repair's, which the request phase runs again on the client's
+        request with `adjust` (the seam's `rebuild`)."""
 
     def candidates(self, request: Mapping[str, Any]) -> list[str]:
         """The memory keys a request like this one could have learned (looked up in one go)."""
@@ -62,7 +76,7 @@ class RefusalRule(Protocol):
         model, so the repairs leave it out up front."""
 
 
-RULES: tuple[RefusalRule, ...] = (PARAMETERS,)
+RULES: tuple[RefusalRule, ...] = (PARAMETERS, *REQUEST_RULES)
 """Every refusal learned, in the order their detection is tried (the first that names
 something in the request is the one acted on)."""
 
@@ -100,6 +114,12 @@ R = TypeVar("R")
 Dispatch = Callable[[httpx.Request], Awaitable[httpx.Response | R]]
 """Sends one request upstream: an upstream response, or whatever the caller makes of a
 failure (the app's own error response), which is passed on as it is."""
+Rebuild = Callable[[RouteRules], Awaitable[dict[str, Any]]]
+"""The forwarded body built again from the client's request by the request phase, with these
+rules (the app's: only it knows the repairs, and its answer side must know what went up)."""
+
+EVERY_RULE = RouteRules()
+"""A route with every key "auto": every rule learns (what a caller without rules gets)."""
 
 
 class RefusalLearning:
@@ -108,10 +128,12 @@ class RefusalLearning:
         self.rules = tuple(rules)
         self._statuses = frozenset(status for rule in self.rules for status in rule.statuses)
 
-    async def recall(self, identity: str, request: Mapping[str, Any]) -> Recalled:
+    async def recall(
+        self, identity: str, request: Mapping[str, Any], rules: RouteRules = EVERY_RULE
+    ) -> Recalled:
         """What this upstream refused before for the request's model, among what the request
-        carries: one store lookup for every rule."""
-        wanted = [(rule, rule.candidates(request)) for rule in self.rules]
+        carries and the route lets be learned: one store lookup for every rule."""
+        wanted = [(rule, rule.candidates(request)) for rule in self.rules if rule.learns(rules)]
         names = [name for _, candidates in wanted for name in candidates]
         found = await self.memory.recall_keys(identity, request.get("model"), names)
         if not found:
@@ -130,29 +152,42 @@ class RefusalLearning:
         identity: str,
         body: dict[str, Any],
         outgoing: httpx.Request,
+        rules: RouteRules = EVERY_RULE,
+        rebuild: Rebuild | None = None,
     ) -> tuple[httpx.Response | R, Learned | None]:
-        """The answer to `outgoing` (whose content is `body`), sent once more at most: when the
-        upstream refused it for something a rule reads, `body` goes without it (edited in
-        place: it is the forwarded request) and that answer is the one returned, whatever it
-        is. Any other answer is returned as it came."""
+        """The answer to `outgoing` (whose content is `body`, sent with `rules`), sent once
+        more at most: when the upstream refused it for something a rule the route learns
+        reads, the request goes without it (`body` edited in place, or built again by
+        `rebuild`) and that answer is the one returned, whatever it is. Any other answer, and a
+        refusal whose rule changes nothing in the request, is returned as it came."""
         response = await dispatch(outgoing)
         if not isinstance(response, httpx.Response) or response.status_code not in self._statuses:
+            return response, None
+        status = response.status_code
+        learning = [rule for rule in self.rules if status in rule.statuses and rule.learns(rules)]
+        if not learning:
             return response, None
         response, error = await read_refusal(response)
         if error is None:
             return response, None
-        status = response.status_code
-        for rule in self.rules:
-            keys = rule.detect(error, body) if status in rule.statuses else ()
+        for rule in learning:
+            keys = rule.detect(error, body)
             if keys:
                 break
         else:
             return response, None
+        if rule.apply(body, keys):
+            again = body
+        elif rebuild is None:
+            return response, None
+        else:
+            again = await rebuild(rule.adjust(rules, frozenset(keys)))
+            if again == body:  # the rule's repair has nothing to change here: it stands
+                return response, None
         await response.aclose()
-        rule.apply(body, keys)
         self.memory.remember(identity, body.get("model"), keys, status)
         learned = Learned(rule, status, keys, self.memory.ttl_seconds)
-        return await dispatch(resent(outgoing, json_codec.dumps(body))), learned
+        return await dispatch(resent(outgoing, json_codec.dumps(again))), learned
 
     async def aclose(self) -> None:
         await self.memory.aclose()

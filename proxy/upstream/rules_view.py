@@ -9,6 +9,7 @@ from dataclasses import fields
 from proxy.repair.profiles import ParameterRule
 from proxy.repair.tenancy import upstream_identity
 from proxy.settings.schema import UpstreamSettings
+from proxy.upstream.refusal_memory import learned_in_redis
 from proxy.upstream.routes import UpstreamRoute, client_timeout
 
 
@@ -32,8 +33,20 @@ def rules_in_force(upstream: UpstreamSettings) -> str:
         "text tool calls " + ("recognised" if rules.markup.text_tool_calls else "as sent"),
         "text reasoning "
         + (rules.markup.reasoning_field if rules.markup.text_reasoning else "as sent"),
+        "learned from refusals " + (", ".join(sorted(rules.learnable)) or "nothing"),
     ]
     return "; ".join(parts)
+
+
+def learned(store: str, upstream: UpstreamSettings) -> str:
+    """What running proxies learned from this route's upstream's refusals, where the CLI can
+    see it: in Redis, shared by every replica; a memory store is each process's own."""
+    if store == "memory":
+        return "kept by each running proxy (receipts.store is memory): not visible from here"
+    found = learned_in_redis(store, upstream_identity(upstream.base_url))
+    if found is None:
+        return "the store did not answer"
+    return "; ".join(found) or "nothing yet"
 
 
 def _parameter(rule: ParameterRule) -> str:

@@ -162,9 +162,16 @@ def test_a_deepseek_like_upstream(capsys: pytest.CaptureFixture[str]) -> None:
     follow_up = row(document, "follow_up")
     assert "must be passed back to the API" in follow_up["observed"]
     assert "reasoning_content_injected" in follow_up["streamfix"]
-    assert found["dotted_tool_name"] == "not_fixable"
+    # The proxy learns the name rule from the refusal (upstream/refusal_rules.py); the key is
+    # still suggested, to skip that first refusal.
+    assert found["dotted_tool_name"] == "fixed"
     assert document["config"]["upstream"]["tool_names"] == "openai"
-    assert row(document, "dotted_tool_name")["streamfix"].endswith('tool_names = "openai": fixed')
+    names = row(document, "dotted_tool_name")["streamfix"]
+    assert "tool_names_learned x1" in names
+    assert names.endswith(
+        'with tool_names = "openai": fixed; '
+        "tool_names learned automatically; set it to skip the first refusal"
+    )
     # The follow-up went once direct (400) and once as the proxy repaired it (accepted).
     follow_ups = [r for r in document["fake"].requests if r["messages"][-1]["role"] == "tool"]
     assert [("reasoning_content" in r["messages"][1]) for r in follow_ups] == [False, True]
@@ -403,21 +410,28 @@ def test_a_vllm_qwen_like_upstream_refuses_a_late_system_message(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     document = doctor_json(upstreams.VLLM_QWEN, capsys)
+    # The proxy learns the merge from the refusal (upstream/refusal_rules.py).
     assert verdicts(document) == {
         **dict.fromkeys(NAMES, "fine"),
-        "two_system_messages": "not_fixable",
+        "two_system_messages": "fixed",
     }
     two = row(document, "two_system_messages")
     assert two["observed"] == "rejected: 400 System message must be at the beginning."
     assert two["breaks"] == "every client sending two system messages (opencode): the request fails"
-    # Tried once through a proxy with the key, and suggested because that was accepted.
-    assert two["streamfix"].endswith('with system_messages = "merged": fixed')
+    assert two["streamfix"].startswith("system_messages_learned x1, system_messages_merged x1")
+    # Tried once through a proxy with the key, and suggested because that was accepted, and
+    # because it saves the first refusal.
+    assert two["streamfix"].endswith(
+        'with system_messages = "merged": fixed; '
+        "system_messages learned automatically; set it to skip the first refusal"
+    )
     assert document["config"]["upstream"]["system_messages"] == "merged"
     merged = document["fake"].requests[-1]["messages"]
     assert [m["role"] for m in merged] == ["system", "user"]
     assert merged[0]["content"] == "You are a helpful assistant.\n\nAnswer in one word."
-    assert len(document["fake"].requests) == len(NAMES) + 1
-    assert document["exit"] == 1
+    # Direct, the proxy's one resend after the refusal, and the key tried.
+    assert len(document["fake"].requests) == len(NAMES) + 2
+    assert document["exit"] == 0
 
 
 def test_a_clean_upstream_sends_two_system_messages_unmerged(

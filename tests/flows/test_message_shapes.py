@@ -186,10 +186,12 @@ def test_what_the_merged_system_message_says() -> None:
 
 
 def test_without_the_rule_the_proxy_sends_what_the_upstream_rejects() -> None:
-    """The rules are data: the same Qwen request on a route that does not merge fails."""
+    """The rules are data: the same Qwen request on a route that says not to merge fails
+    (left "auto", the route learns the merge from this refusal: test_learned_request_rules)."""
     upstream = MessageUpstream((fakes.qwen_template,))
     messages = [{"role": "system", "content": "a"}, {"role": "system", "content": "b"}, USER]
-    with serving(upstream) as base, running_proxy(base) as proxy:
+    as_sent = {"upstream.system_messages": "as_sent"}
+    with serving(upstream) as base, running_proxy(base, **as_sent) as proxy:
         response = post(f"{proxy}/v1", body(messages))
     assert response.status_code == 400 and b"must be at the beginning" in response.content
     assert upstream.received == [body(messages)]

@@ -94,7 +94,7 @@ class ToolNameUpstream:
         recorded = await RecordedRequest.read(request)
         self.requests.append(recorded)
         body = recorded.body
-        refusal = self._refusal(body)
+        refusal = self.refusal(body)
         if refusal is not None:
             self.rejections.append(refusal)
             return Response(refusal, status_code=400, media_type="application/json")
@@ -103,7 +103,8 @@ class ToolNameUpstream:
             return self._answer(body, {"role": "assistant", "content": None}, text=True)
         return self._answer(body, {"role": "assistant", "content": None}, text=False)
 
-    def _refusal(self, body: dict[str, Any]) -> bytes | None:
+    def refusal(self, body: dict[str, Any]) -> bytes | None:
+        """The 400 body the real upstream answers `body` with, or None when it takes it."""
         names = declared_names(body)
         if self.rule == "gemini":
             bad = [i for i, name in enumerate(names) if not self.accepts(name)]

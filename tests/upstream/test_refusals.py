@@ -121,8 +121,12 @@ class ToolChoiceRefused:
         said = "tool_choice required is not supported" in error
         return ("tool_choice:required",) if said and request.get("tool_choice") else ()
 
-    def apply(self, body: dict[str, Any], keys: Iterable[str]) -> None:
+    def learns(self, rules: RouteRules) -> bool:
+        return True
+
+    def apply(self, body: dict[str, Any], keys: Iterable[str]) -> bool:
         body["tool_choice"] = "auto"
+        return True
 
     def candidates(self, request: Mapping[str, Any]) -> list[str]:
         return ["tool_choice:required"] if request.get("tool_choice") == "required" else []
@@ -145,3 +149,61 @@ async def test_a_second_rule_is_one_more_table_entry_with_its_own_memory_keys() 
     applied = recalled.applied(RouteRules())
     assert applied.tool_names == "+auto-tool-choice"
     assert applied.profile.parameters == ()
+
+
+SYSTEM_FIRST = httpx.Response(
+    400, json={"error": {"message": "System message must be at the beginning."}}
+)
+TWO_SYSTEMS = {
+    "model": "m",
+    "messages": [{"role": "system", "content": "a"}, {"role": "system", "content": "b"}],
+}
+
+
+async def test_a_request_rule_resends_what_the_request_phase_rebuilt_with_the_adjusted_rules() -> (
+    None
+):
+    seam = learning()
+    body = dict(TWO_SYSTEMS)
+    asked: list[RouteRules] = []
+
+    async def rebuild(rules: RouteRules) -> dict[str, Any]:
+        asked.append(rules)
+        return {"model": "m", "messages": [{"role": "system", "content": "a\n\nb"}]}
+
+    upstream = Upstream(SYSTEM_FIRST, OK)
+    response, learned = await seam.send(upstream, "up", body, outgoing(body), RouteRules(), rebuild)
+    assert response.status_code == 200
+    assert learned is not None and learned.kind == "system_messages_learned"
+    assert [rules.messages.system_messages for rules in asked] == ["merged"]
+    assert upstream.bodies[1]["messages"] == [{"role": "system", "content": "a\n\nb"}]
+    recalled = await seam.recall("up", TWO_SYSTEMS)
+    assert recalled.applied(RouteRules()).messages.system_messages == "merged"
+
+
+async def test_a_request_rule_that_changes_nothing_or_cannot_be_rebuilt_is_not_resent() -> None:
+    async def unchanged(rules: RouteRules) -> dict[str, Any]:
+        return dict(TWO_SYSTEMS)
+
+    for rebuild in (unchanged, None):
+        seam = learning()
+        body = dict(TWO_SYSTEMS)
+        upstream = Upstream(SYSTEM_FIRST)
+        response, learned = await seam.send(
+            upstream, "up", body, outgoing(body), RouteRules(), rebuild
+        )
+        assert (response.status_code, learned, len(upstream.bodies)) == (400, None, 1)
+        assert await seam.recall("up", TWO_SYSTEMS) == NOTHING
+
+
+async def test_a_key_the_route_set_explicitly_is_not_learned() -> None:
+    seam = learning()
+    body = dict(TWO_SYSTEMS)
+    explicit = replace(RouteRules(), learnable=frozenset())
+
+    async def rebuild(rules: RouteRules) -> dict[str, Any]:
+        raise AssertionError("never rebuilt")
+
+    upstream = Upstream(SYSTEM_FIRST)
+    response, learned = await seam.send(upstream, "up", body, outgoing(body), explicit, rebuild)
+    assert (response.status_code, learned, len(upstream.bodies)) == (400, None, 1)

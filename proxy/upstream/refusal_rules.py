@@ -1,0 +1,301 @@
+"""The request rules learned from the refusal that calls for each (proxy/upstream/refusals.py):
+a route with a key left "auto" gets the rule the upstream's own 400/422 names, without a
+profile, so a gateway, a tunnel or a self-hosted server behind a plain host name works from the
+second send on.
+
+Each rule is data (`REQUEST_RULES`): the route key it sets and to what, the statuses its
+refusal comes with, the texts that say it (each quoting the public report it comes from, as
+`error_messages` reads them out of any upstream's error shape), and what the request must carry
+for the rule to be the answer (a refusal of developer messages says nothing to a request
+without one). Doctor reads the same table (`rule_for`) to say which key a refusal called for.
+
+The fix is never written here: a rule sets a key of `RouteRules`, and the request phase runs
+its repair (proxy/repair/) again on the client's request, as it would with the key configured.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from proxy.repair.profiles import MessageRules
+from proxy.repair.rules import RouteRules
+from proxy.upstream.error_messages import error_messages
+from proxy.wire.json_shapes import objects_in
+
+Request = Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRule:
+    """One request rule and the refusal that calls for it."""
+
+    key: str
+    """The route key it sets (a name of `LEARNABLE_KEYS`)."""
+    value: str
+    """What it sets the key to, as the config file spells it."""
+    statuses: frozenset[int]
+    """The statuses the refusal comes with; any other answer is never read for it."""
+    said: tuple[re.Pattern[str], ...]
+    """The refusal's texts: any one, found in a message of the error body, calls for it."""
+    carries: Callable[[Request], bool]
+    """Whether the request holds what the rule changes: without it the refusal is not this
+    one's, and a request without it has nothing to look up."""
+
+    @property
+    def kind(self) -> str:
+        """Counted and logged when learned (`schema_dialect_learned`)."""
+        return f"{self.key}_learned"
+
+    @property
+    def memory_key(self) -> str:
+        """What is remembered per upstream and model: `key:value`, a `:` no parameter has."""
+        return f"{self.key}:{self.value}"
+
+    @property
+    def done(self) -> str:
+        return (
+            f'calling for {self.key} = "{self.value}" (%s); sent once more with it, and applied '
+            "up front for this upstream and model"
+        )
+
+    def learns(self, rules: RouteRules) -> bool:
+        """Whether the route left the key "auto" and does not apply this value already."""
+        return self.key in rules.learnable and _value(rules, self.key) != self.value
+
+    def says(self, messages: Iterable[str]) -> bool:
+        return any(pattern.search(message) for message in messages for pattern in self.said)
+
+    def detect(self, error: str, request: Request) -> tuple[str, ...]:
+        called = self.carries(request) and self.says(error_messages(error))
+        return (self.memory_key,) if called else ()
+
+    def apply(self, body: dict[str, Any], keys: Iterable[str]) -> bool:
+        """A request repair's rule: the request phase builds the resend (`adjust`), not this."""
+        return False
+
+    def candidates(self, request: Request) -> list[str]:
+        return [self.memory_key] if self.carries(request) else []
+
+    def adjust(self, rules: RouteRules, keys: frozenset[str]) -> RouteRules:
+        if self.memory_key not in keys:
+            return rules
+        change: dict[str, Any] = {self.key: self.value}
+        if self.key in _MESSAGE_KEYS:
+            return replace(rules, messages=replace(rules.messages, **change))
+        return replace(rules, **change)
+
+
+_MESSAGE_KEYS = frozenset(MessageRules.__dataclass_fields__)
+
+
+def _value(rules: RouteRules, key: str) -> str:
+    holder: object = rules.messages if key in _MESSAGE_KEYS else rules
+    return str(getattr(holder, key))
+
+
+def _messages(request: Request) -> list[dict[str, Any]]:
+    return objects_in(request.get("messages"))
+
+
+def _has_tools(request: Request) -> bool:
+    return bool(request.get("tools"))
+
+
+def _has_named_calls(request: Request) -> bool:
+    return _has_tools(request) or any(m.get("tool_calls") for m in _messages(request))
+
+
+def _has_developer(request: Request) -> bool:
+    return any(m.get("role") == "developer" for m in _messages(request))
+
+
+def _has_system_after_first(request: Request) -> bool:
+    return any(m.get("role") == "system" for m in _messages(request)[1:])
+
+
+def _has_call_ids(request: Request) -> bool:
+    return any(m.get("tool_calls") or "tool_call_id" in m for m in _messages(request))
+
+
+def _calls_beside_content(request: Request) -> bool:
+    return any(
+        m.get("role") == "assistant" and m.get("tool_calls") and m.get("content") is not None
+        for m in _messages(request)
+    )
+
+
+def _calls_without_content(request: Request) -> bool:
+    return any(
+        m.get("role") == "assistant" and m.get("tool_calls") and m.get("content") is None
+        for m in _messages(request)
+    )
+
+
+def _tool_parts(request: Request) -> bool:
+    return any(
+        m.get("role") == "tool" and isinstance(m.get("content"), list) for m in _messages(request)
+    )
+
+
+BAD_REQUEST = frozenset({400})
+VALIDATION = frozenset({400, 422})
+"""Validation errors, answered before generation (a 422 from axum and FastAPI servers). Never
+429 or 5xx: those may have run."""
+
+_DECLARATION = r"tools\[\d+\]\.function_declarations\[\d+\]\.parameters[^']*"
+
+REQUEST_RULES: tuple[RequestRule, ...] = (
+    RequestRule(
+        "schema_dialect",
+        "gemini",
+        BAD_REQUEST,
+        (
+            # Gemini: 'Invalid JSON payload received. Unknown name "additionalProperties" at
+            # 'tools[0].function_declarations[0].parameters': Cannot find field.'
+            # (openswarm#24, CLIProxyAPI#97, zed#44875, zed#30188, litellm#6459).
+            re.compile(r"Unknown name \"[^\"]+\" at '" + _DECLARATION + "': Cannot find field"),
+            # A type array: 'Unknown name "type" at '…properties[0].value': Proto field is not
+            # repeating, cannot start list.' (zed#44875, litellm#12031).
+            re.compile(r"at '" + _DECLARATION + "': Proto field is not repeating"),
+            # A number in an enum: "Invalid value at '…enum[0]' (TYPE_STRING), 1"
+            # (CLIProxyAPI#129).
+            re.compile(r"Invalid value at '" + _DECLARATION + r"\.enum\[\d+\]' \(TYPE_STRING\)"),
+            # "…parameters.properties[url].format: only 'enum' and 'date-time' are supported
+            # for STRING type" (langchain-mcp-tools-ts#36, litellm#6970).
+            re.compile(r"function_declarations\[\d+\]\.parameters\S*\.format: only 'enum'"),
+        ),
+        _has_tools,
+    ),
+    RequestRule(
+        "schema_dialect",
+        "moonshot",
+        BAD_REQUEST,
+        (
+            # Moonshot (Kimi): "tools.function.parameters is not a valid moonshot flavored json
+            # schema, details: <At path 'properties.truncateMode': type is not defined>"
+            # (kimi-cli#1595, #2531, opencode#37496).
+            re.compile(r"tools\.function\.parameters is not a valid moonshot flavored json"),
+            # 'tools.function.parameters.type is required and must be "object"'
+            # (MiqroForge-Desktop#1165).
+            re.compile(r"tools\.function\.parameters\.type is required and must be \"object\""),
+        ),
+        _has_tools,
+    ),
+    RequestRule(
+        "tool_names",
+        "gemini",
+        BAD_REQUEST,
+        (
+            # Gemini: "* GenerateContentRequest.tools[0].function_declarations[0].name: Invalid
+            # function name. Must start with a letter or an underscore. Must be alphameric
+            # (a-z, A-Z, 0-9), underscores (_), dots (.), colons (:), or dashes (-), with a
+            # maximum length of 64." (cline/cline#7339, kaitranntt/ccs#25,
+            # google-gemini/gemini-cli#2966).
+            re.compile(r"Invalid function name\. Must start with a letter or an underscore"),
+        ),
+        _has_named_calls,
+    ),
+    RequestRule(
+        "tool_names",
+        "openai",
+        BAD_REQUEST,
+        (
+            # OpenAI (and DeepSeek, nikkigallery/Whimbox#61): "Invalid 'tools[0].function.name':
+            # string does not match pattern. Expected a string that matches the pattern
+            # '^[a-zA-Z0-9_-]+$'." (brekkylab/ailoy#109), "… string too long. Expected a string
+            # with maximum length 64" (openai/codex#1289), and the same for the history's
+            # `messages[1].tool_calls[0].function.name` (mcp-use/mcp-use#90).
+            re.compile(
+                r"Invalid '(?:tools\[\d+\]|messages\[\d+\]\.tool_calls\[\d+\])\.function\.name':"
+                r" string (?:does not match pattern|too long)"
+            ),
+        ),
+        _has_named_calls,
+    ),
+    RequestRule(
+        "developer_role",
+        "system",
+        VALIDATION,
+        (
+            # DeepSeek (serde, 422, plain text): "Failed to deserialize the JSON body into the
+            # target type: messages[0].role: unknown variant `developer`, expected one of
+            # `system`, `user`, `assistant`, `tool`", and "messages[0]: unknown role:
+            # developer" (pi#7603).
+            re.compile(r"messages\[\d+\](?:\.role)?: unknown (?:variant|role):? `?developer\b"),
+            # Mistral (FastAPI's 422, its roles system, user, assistant and tool): no report
+            # quotes one for `developer`; pydantic's literal_error at the message's role.
+            re.compile(r"messages\[\d+\]\.role: Input should be 'system', 'user', 'assistant'"),
+        ),
+        _has_developer,
+    ),
+    RequestRule(
+        "system_messages",
+        "merged",
+        BAD_REQUEST,
+        (
+            # vLLM with Qwen 3.5+'s chat template: "System message must be at the beginning."
+            # (vllm#41114; llama.cpp, Ollama and LM Studio raise it from the same template).
+            re.compile(r"System message must be at the beginning"),
+        ),
+        _has_system_after_first,
+    ),
+    RequestRule(
+        "tool_call_ids",
+        "nine_alnum",
+        VALIDATION,
+        (
+            # Mistral: "Tool call id was call_abc123 but must be a-z, A-Z, 0-9, with a length
+            # of 9." (ironclaw#1241, eca#233).
+            re.compile(r"Tool call id was \S* but must be a-z, A-Z, 0-9, with a length of 9"),
+        ),
+        _has_call_ids,
+    ),
+    RequestRule(
+        "assistant_tool_content",
+        "null",
+        BAD_REQUEST,
+        (
+            # Mistral: "Assistant message must have either content or tool_calls, but not
+            # both." (langchain#21196).
+            re.compile(r"Assistant message must have either content or tool_calls, but not"),
+        ),
+        _calls_beside_content,
+    ),
+    RequestRule(
+        "assistant_tool_content",
+        "empty",
+        BAD_REQUEST,
+        (
+            # LM Studio: "Invalid 'content': 'content' field must be a string or an array of
+            # objects." (lmstudio#261; mistral-common's endpoint, mistral-common#324).
+            re.compile(r"'content' field must be a string or an array of objects"),
+        ),
+        _calls_without_content,
+    ),
+    RequestRule(
+        "tool_content",
+        "string",
+        BAD_REQUEST,
+        (
+            # Kimi: "Failed to deserialize the JSON body into the target type: messages[3]:
+            # invalid type: sequence, expected a string" (kimi-cli#1762); llama-style servers:
+            # "tool messages must contain string content" (ninfer#56).
+            re.compile(r"messages\[\d+\](?:\.content)?: invalid type: sequence, expected a str"),
+            re.compile(r"tool messages must contain string content"),
+        ),
+        _tool_parts,
+    ),
+)
+"""Every request rule a refusal can call for, in the order they are tried."""
+
+
+def rule_for(status: int, error: str, request: Request) -> RequestRule | None:
+    """The rule a refusal of `request` calls for, if any (doctor asks this too)."""
+    messages = error_messages(error)
+    for rule in REQUEST_RULES:
+        if status in rule.statuses and rule.carries(request) and rule.says(messages):
+            return rule
+    return None

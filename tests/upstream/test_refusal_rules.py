@@ -1,0 +1,152 @@
+"""The request rules' refusals (proxy/upstream/refusal_rules.py) and the reader of every error
+shape (proxy/upstream/error_messages.py): each text calls for its rule in each shape an upstream
+sends it in, and only for a request carrying what it names."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import orjson
+import pytest
+
+from proxy.repair.profiles import PROFILES
+from proxy.repair.rules import RouteRuleKeys, RouteRules, resolve
+from proxy.upstream.error_messages import error_messages
+from proxy.upstream.refusal_rules import REQUEST_RULES, rule_for
+
+DEVELOPER = {"messages": [{"role": "developer", "content": "x"}, {"role": "user", "content": "y"}]}
+TOOLS = {"messages": [], "tools": [{"type": "function", "function": {"name": "a.b"}}]}
+
+# The issue's and the reports' own words, each with the rule it calls for.
+TEXTS: list[tuple[str, dict[str, Any], str, str]] = [
+    (
+        'Invalid JSON payload received. Unknown name "additionalProperties" at '
+        "'tools[0].function_declarations[0].parameters': Cannot find field.",
+        TOOLS,
+        "schema_dialect",
+        "gemini",
+    ),
+    (
+        'Invalid JSON payload received. Unknown name "type" at '
+        "'tools[0].function_declarations[0].parameters.properties[0].value': Proto field is not "
+        "repeating, cannot start list.",
+        TOOLS,
+        "schema_dialect",
+        "gemini",
+    ),
+    (
+        "tools.function.parameters is not a valid moonshot flavored json schema, details: "
+        "<At path 'properties.mode': type is not defined>",
+        TOOLS,
+        "schema_dialect",
+        "moonshot",
+    ),
+    (
+        "* GenerateContentRequest.tools[0].function_declarations[0].name: Invalid function name. "
+        "Must start with a letter or an underscore. Must be alphameric (a-z, A-Z, 0-9), "
+        "underscores (_), dots (.), colons (:), or dashes (-), with a maximum length of 64.",
+        TOOLS,
+        "tool_names",
+        "gemini",
+    ),
+    (
+        "Invalid 'tools[0].function.name': string does not match pattern. Expected a string "
+        "that matches the pattern '^[a-zA-Z0-9_-]+$'.",
+        TOOLS,
+        "tool_names",
+        "openai",
+    ),
+    (
+        "Failed to deserialize the JSON body into the target type: messages[0].role: unknown "
+        "variant `developer`, expected one of `system`, `user`, `assistant`, `tool` at line 1 "
+        "column 40",
+        DEVELOPER,
+        "developer_role",
+        "system",
+    ),
+]
+
+
+def google(message: str) -> str:
+    return orjson.dumps(
+        [{"error": {"code": 400, "message": message, "status": "INVALID_ARGUMENT"}}]
+    ).decode()
+
+
+def openai(message: str) -> str:
+    return orjson.dumps({"error": {"message": message, "type": "invalid_request_error"}}).decode()
+
+
+def openrouter(message: str) -> str:
+    raw = google(message)
+    error = {"message": "Provider returned error", "code": 400, "metadata": {"raw": raw}}
+    return orjson.dumps({"error": error}).decode()
+
+
+@pytest.mark.parametrize("shape", [str, google, openai, openrouter])
+@pytest.mark.parametrize(("text", "request_", "key", "value"), TEXTS)
+def test_each_text_calls_for_its_rule_in_every_error_shape(
+    shape: Any, text: str, request_: dict[str, Any], key: str, value: str
+) -> None:
+    rule = rule_for(400 if key != "developer_role" else 422, shape(text), request_)
+    assert rule is not None and (rule.key, rule.value) == (key, value)
+    assert rule.kind == f"{key}_learned"
+
+
+@pytest.mark.parametrize(("text", "request_", "key", "value"), TEXTS)
+def test_no_rule_for_another_status_or_a_request_without_what_it_names(
+    text: str, request_: dict[str, Any], key: str, value: str
+) -> None:
+    for status in (401, 404, 429, 500, 503):
+        assert rule_for(status, text, request_) is None
+    assert rule_for(400, text, {"messages": [{"role": "user", "content": "y"}]}) is None
+
+
+def test_pydantic_detail_lists_read_with_their_place() -> None:
+    detail = {
+        "type": "literal_error",
+        "loc": ["body", "messages", 0, "role"],
+        "msg": "Input should be 'system', 'user', 'assistant' or 'tool'",
+    }
+    body = orjson.dumps({"object": "error", "message": {"detail": [detail]}}).decode()
+    assert error_messages(body) == (
+        "messages[0].role: Input should be 'system', 'user', 'assistant' or 'tool' (literal_error)",
+    )
+    rule = rule_for(422, body, DEVELOPER)
+    assert rule is not None and rule.key == "developer_role"
+
+
+def test_plain_text_and_lm_studio_strings_are_messages() -> None:
+    assert error_messages("messages[0]: unknown role: developer\n") == (
+        "messages[0]: unknown role: developer",
+    )
+    assert error_messages('{"error": "Invalid content"}') == ("Invalid content",)
+    assert error_messages("[not json") == ("[not json",)
+
+
+def test_an_explicit_key_is_not_learnable_and_auto_is() -> None:
+    rules = resolve(RouteRuleKeys(tool_names="none", developer_role="keep"), PROFILES["generic"])
+    assert "tool_names" not in rules.learnable and "developer_role" not in rules.learnable
+    assert "schema_dialect" in rules.learnable
+    by_key = {(rule.key, rule.value): rule for rule in REQUEST_RULES}
+    assert not by_key["tool_names", "gemini"].learns(rules)
+    assert by_key["schema_dialect", "gemini"].learns(rules)
+
+
+def test_a_rule_the_profile_already_applies_is_not_learned_again() -> None:
+    rules = resolve(RouteRuleKeys(), PROFILES["gemini"])
+    by_key = {(rule.key, rule.value): rule for rule in REQUEST_RULES}
+    assert not by_key["schema_dialect", "gemini"].learns(rules)
+    assert by_key["schema_dialect", "moonshot"].learns(rules)
+
+
+def test_adjust_sets_the_key_and_only_for_its_own_memory_key() -> None:
+    rules = RouteRules()
+    by_key = {(rule.key, rule.value): rule for rule in REQUEST_RULES}
+    merged = by_key["system_messages", "merged"]
+    adjusted = merged.adjust(rules, frozenset({merged.memory_key}))
+    assert adjusted == replace(rules, messages=replace(rules.messages, system_messages="merged"))
+    assert merged.adjust(rules, frozenset({"tool_names:gemini"})) is rules
+    names = by_key["tool_names", "openai"]
+    assert names.adjust(rules, frozenset({names.memory_key})).tool_names == "openai"
