@@ -43,12 +43,10 @@ from proxy.upstream.failures import describe_failure, upstream_origin
 from proxy.upstream.headers import RawHeaders, request_headers, response_headers
 from proxy.upstream.http1 import RETRIED
 from proxy.upstream.refusals import NOTHING, Recalled, open_learning
-from proxy.upstream.routes import Router, UpstreamRoute, upstream_url, without_credential_parameters
+from proxy.upstream.routes import CHAT_PATH, Router, UpstreamRoute, without_credential_parameters
 from proxy.upstream.transports import upstream_transport
 from proxy.wire import json_codec
 from proxy.wire.credentials import masked_url
-
-CHAT_PATH = b"chat/completions"
 
 logger = logging.getLogger(__name__)
 
@@ -304,7 +302,7 @@ class Proxy:
             query = without_credential_parameters(query)
         outgoing = httpx.Request(
             request.method,
-            upstream_url(route.upstream, path, query),
+            route.url(path, query),
             headers=headers,
             content=content,
             extensions={
