@@ -42,6 +42,7 @@ from proxy.upstream.context import UPSTREAM, UpstreamContext, client_copy_of
 from proxy.upstream.failures import describe_failure, upstream_origin
 from proxy.upstream.headers import RawHeaders, request_headers, response_headers
 from proxy.upstream.http1 import RETRIED
+from proxy.upstream.outgoing import outgoing_request
 from proxy.upstream.refusals import NOTHING, Recalled, open_learning
 from proxy.upstream.routes import CHAT_PATH, Router, UpstreamRoute, without_credential_parameters
 from proxy.upstream.transports import upstream_transport
@@ -300,12 +301,12 @@ class Proxy:
         query = request.scope.get("query_string", b"")
         if route.upstream_key or drop_credential:
             query = without_credential_parameters(query)
-        outgoing = httpx.Request(
+        outgoing = outgoing_request(
             request.method,
             route.url(path, query),
-            headers=headers,
-            content=content,
-            extensions={
+            headers,
+            content,
+            {
                 "timeout": route.timeout.as_dict(),
                 UPSTREAM: UpstreamContext(
                     route.upstream.base_url, record.exchange.rules.profile.name
