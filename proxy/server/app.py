@@ -355,7 +355,7 @@ class Proxy:
             failure.headers["x-request-id"] = record.request_id
             return failure
         ttfb = time.monotonic() - started
-        self.metrics.time_to_first_byte.labels(route.name).observe(ttfb)
+        self.metrics.first_byte(route.name, ttfb)
         if self.tracing:
             self.tracing.first_byte(record, ttfb)
         return response
