@@ -14,6 +14,9 @@ httptools puts no bound on a head's size. This subclass adds, per connection:
   a 413), the rest must arrive within `server.body_timeout_seconds`; otherwise a client could
   hold the connection by dripping bytes the proxy discards.
 
+It also sends a response's head with the first piece of its body (`HeadWithBody`): one send
+where uvicorn makes two.
+
 The body itself, while the app reads it, is timed by `proxy.server.chat_request.read_body`. Nothing
 here runs while a response is being sent: the limits are on the client's request only.
 
@@ -36,6 +39,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from proxy.server.errors import error_body
+from proxy.server.response_writes import HeadWithBody
 from proxy.settings.schema import ServerSettings
 
 
@@ -63,11 +67,14 @@ class ClientLimitsProtocol(HttpToolsProtocol):
         self._head_expected = True  # the next bytes belong to a request head
         self._head_begun = False  # the parser has seen the first byte of that head
         self._head_bytes = 0
+        self._writes: HeadWithBody | None = None
 
     # ── connection ──────────────────────────────────────────────────────────
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        # A response's head leaves with its body, in one send (proxy/server/response_writes.py).
+        self._writes = self.transport = HeadWithBody(transport, self.loop)
         if len(self.connections) > self._max_connections:
             # Answered before any request: an HTTP client reads it as the answer to the request
             # it sends (or sees the connection close); either way it learns at once.
@@ -130,6 +137,8 @@ class ClientLimitsProtocol(HttpToolsProtocol):
                 )
 
     def on_response_complete(self) -> None:
+        if self._writes is not None:
+            self._writes.next_is_head()
         super().on_response_complete()
         cycle = self.cycle
         if (
