@@ -1,14 +1,16 @@
-"""The client connection's transport, with a response head sent together with its body.
+"""The client connection's transport, with what one turn of the event loop writes sent at once.
 
-uvicorn writes a response's head and its body in two `transport.write` calls, so a
-non-streamed answer cost two loopback sends and woke the client twice; a send is the largest
-single cost of a proxied exchange (bench/README.md). `HeadWithBody` holds the head back and
-sends it in the same call as the first piece of body written in the same turn of the event
-loop; if none comes in that turn (a stream whose first event is not there yet), the head goes
-on its own at the loop's next turn, so a client never waits for a head longer than before.
+uvicorn makes a `transport.write` call per ASGI message: a response's head, then each body
+piece. A non-streamed answer cost two loopback sends and woke the client twice, and a stream
+one send per event even when a single upstream read brought several events; a send is the
+largest single cost of a proxied exchange (bench/README.md). `OneSendPerTurn` collects the
+writes of one turn of the loop and sends them together: when the response is complete (the
+protocol calls `flush`), else at the start of the next turn, or at once past `FLUSH_AT` bytes.
+A non-streamed answer goes in one send as soon as it is written; a stream's events that one
+turn produced go together, and an event that arrives alone goes out alone, after the loop's
+one pass.
 
-Every other write goes straight through, after anything held: the bytes leave in the order
-they were written, and closing sends what is held first.
+The bytes leave in the order they were written, and closing sends what is held first.
 """
 
 from __future__ import annotations
@@ -16,59 +18,55 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-MERGE_LIMIT = 64 * 1024
-"""A body piece larger than this is sent after the head rather than copied behind it."""
+FLUSH_AT = 256 * 1024
+"""Held bytes past which they go at once: a large body is not held, nor copied again."""
 
 
-class HeadWithBody(asyncio.Transport):
-    """Wraps the client transport of one connection. The protocol calls `next_is_head()` when
-    a response is complete: the next write starts the next response."""
+class OneSendPerTurn(asyncio.Transport):
+    """Wraps the client transport of one connection (ClientLimitsProtocol installs it)."""
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__()
         self._transport = transport
         self._loop = loop
-        self._held: bytes | None = None
-        self._head_next = True
-
-    def next_is_head(self) -> None:
-        self._head_next = True
+        self._held: list[bytes] = []
+        self._size = 0
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
-        held = self._held
-        if held is not None:
-            self._held = None
-            if len(data) <= MERGE_LIMIT:
-                self._transport.write(held + data)
-                return
-            self._transport.write(held)
-        elif self._head_next:
-            self._head_next = False
-            self._held = bytes(data)
-            self._loop.call_soon(self._flush)
+        if not data:
             return
-        self._transport.write(data)
+        if not self._held:
+            self._loop.call_soon(self.flush)
+        self._held.append(bytes(data))  # bytes are kept as they are; a buffer is copied
+        self._size += len(data)
+        if self._size >= FLUSH_AT:
+            self.flush()
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
+        """Send what is held now."""
         held = self._held
-        if held is not None:
-            self._held = None
-            if not self._transport.is_closing():
-                self._transport.write(held)
+        if not held:
+            return
+        self._held = []
+        self._size = 0
+        if not self._transport.is_closing():
+            self._transport.write(held[0] if len(held) == 1 else b"".join(held))
 
     def writelines(self, list_of_data: Any) -> None:
-        self.write(b"".join(list_of_data))
+        for data in list_of_data:
+            self.write(data)
 
     def close(self) -> None:
-        self._flush()
+        self.flush()
         self._transport.close()
 
     def abort(self) -> None:
-        self._held = None
+        self._held = []
+        self._size = 0
         self._transport.abort()
 
     def write_eof(self) -> None:
-        self._flush()
+        self.flush()
         self._transport.write_eof()
 
     def can_write_eof(self) -> bool:
@@ -96,7 +94,7 @@ class HeadWithBody(asyncio.Transport):
         self._transport.resume_reading()
 
     def get_write_buffer_size(self) -> int:
-        return self._transport.get_write_buffer_size() + len(self._held or b"")
+        return self._transport.get_write_buffer_size() + self._size
 
     def get_write_buffer_limits(self) -> tuple[int, int]:
         return self._transport.get_write_buffer_limits()
