@@ -10,11 +10,12 @@ from pathlib import Path
 import httpx
 
 from proxy.repair.conformance import violations
-from proxy.server.app import CHAT_PATH, ChainFactory, create_app, default_chain
+from proxy.server.app import ChainFactory, create_app, default_chain
 from proxy.server.delivery_mode import Mode, delivery_mode
 from proxy.settings.schema import Settings
 from proxy.upstream.cassettes import Cassette
 from proxy.upstream.recording import ReplayTransport
+from proxy.upstream.routes import CHAT_PATH
 
 
 @dataclass

@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 from starlette.requests import Request
 
-from proxy.server.body_limits import BodyBudget, body_timed_out
+from proxy.server.body_limits import BodyBudget, BodyDeadline, body_timed_out
 from proxy.server.errors import ClientError
 from proxy.settings.schema import ServerSettings
 from proxy.wire import json_codec
@@ -26,32 +26,30 @@ async def read_body(request: Request, server: ServerSettings, budget: BodyBudget
     budget_limit = server.max_buffered_request_bytes
     if declared and declared.isdigit():
         budget.check_room(int(declared), budget_limit)  # refused before the client sends it
-    pause = server.body_timeout_seconds
-    loop = asyncio.get_running_loop()
-    whole_by = loop.time() + server.body_total_timeout_seconds
+    deadline = BodyDeadline(server.body_timeout_seconds, server.body_total_timeout_seconds)
     parts: list[bytes] = []
     size = 0
     held = 0
     try:
-        # One timer for the whole read, moved on after each piece (a pause is measured from
-        # the last piece) but never past the deadline for the whole body.
-        async with asyncio.timeout_at(min(loop.time() + pause, whole_by)) as timer:
-            async for part in request.stream():
-                if not part:
-                    continue  # Starlette's end marker
-                size += len(part)
-                if size > limit:
-                    raise _too_large(limit)
-                budget.take(len(part), budget_limit)
-                held += len(part)
-                parts.append(part)
-                timer.reschedule(min(loop.time() + pause, whole_by))
+        async for part in request.stream():
+            if not part:
+                continue  # Starlette's end marker
+            size += len(part)
+            if size > limit:
+                raise _too_large(limit)
+            budget.take(len(part), budget_limit)
+            held += len(part)
+            parts.append(part)
+            deadline.piece()
         return b"".join(parts)
-    except TimeoutError:
-        whole = timer.when() == whole_by
-        waited = server.body_total_timeout_seconds if whole else pause
+    except asyncio.CancelledError:
+        if not deadline.timed_out():
+            raise
+        whole = bool(deadline.expired_whole)
+        waited = deadline.total if whole else deadline.pause
         raise body_timed_out(waited, whole) from None
     finally:
+        deadline.cancel()
         budget.give_back(held)  # on every exit: the body, an error, a disconnect, a cancel
 
 

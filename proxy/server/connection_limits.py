@@ -15,6 +15,10 @@ connection:
   a 413), the rest must arrive within `server.body_timeout_seconds`; otherwise a client could
   hold the connection by dripping bytes the proxy discards.
 
+It also sends what one turn of the event loop writes in one send (`OneSendPerTurn`): a
+response's head with its body, several events of a stream together, where uvicorn makes a send
+per ASGI message; a complete response goes at once.
+
 The body itself, while the app reads it, is timed by `proxy.server.chat_request.read_body`. Nothing
 here runs while a response is being sent: the limits are on the client's request only.
 
@@ -41,6 +45,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from proxy.server.errors import error_body
+from proxy.server.response_writes import OneSendPerTurn
 from proxy.settings.schema import ServerSettings
 
 
@@ -56,6 +61,7 @@ class ClientLimitsProtocol(HttpToolsProtocol):
         _loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         super().__init__(config, server_state, app_state, _loop)
+        self._writes: OneSendPerTurn | None = None
         # uvicorn's protocol logs as "uvicorn.error", which reads as an error of the proxy's.
         self.logger = logging.getLogger(__name__)
         limits: ServerSettings = getattr(config, "client_limits", None) or ServerSettings()
@@ -73,6 +79,8 @@ class ClientLimitsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        # What one turn of the loop writes leaves in one send (proxy/server/response_writes.py).
+        self._writes = self.transport = OneSendPerTurn(transport, self.loop)
         if len(self.connections) > self._max_connections:
             # Answered before any request: an HTTP client reads it as the answer to the request
             # it sends (or sees the connection close); either way it learns at once.
@@ -135,6 +143,8 @@ class ClientLimitsProtocol(HttpToolsProtocol):
                 )
 
     def on_response_complete(self) -> None:
+        if self._writes is not None:
+            self._writes.flush()  # a whole response waits for nothing more
         super().on_response_complete()
         cycle = self.cycle
         if (

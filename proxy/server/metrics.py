@@ -67,6 +67,14 @@ class Metrics:
         # Bounded: routes, status codes and repair kinds are fixed sets of the code and config.
         self._children: dict[tuple[str, int], tuple[Counter, Histogram]] = {}
         self._counters: dict[tuple[str, str], tuple[Counter, ...]] = {}
+        self._first_bytes: dict[str, Histogram] = {}
+
+    def first_byte(self, route: str, seconds: float) -> None:
+        """The upstream's time to its response head, on the route's child looked up once."""
+        child = self._first_bytes.get(route)
+        if child is None:
+            child = self._first_bytes[route] = self.time_to_first_byte.labels(route)
+        child.observe(seconds)
 
     def record(self, route: str, status: int, duration: float, counts: Tally[str]) -> None:
         children = self._children.get((route, status))

@@ -30,6 +30,14 @@ CLIENT_CREDENTIALS = frozenset(name.encode() for name in CREDENTIAL_HEADERS)
 
 RawHeaders = list[tuple[bytes, bytes]]
 
+# What never crosses, whatever the message says, as one set each (built once, not per request).
+_NOT_FORWARDED = HOP_BY_HOP | {b"accept-encoding", b"x-request-id"}
+_NOT_FORWARDED_NOR_CREDENTIALS = _NOT_FORWARDED | CLIENT_CREDENTIALS
+# uvicorn writes its own date and server headers, and the proxy its own request id: the
+# upstream's would go out twice.
+_NOT_RETURNED = HOP_BY_HOP | {b"date", b"server", b"x-request-id"}
+_NOT_RETURNED_DECODED = _NOT_RETURNED | {b"content-encoding"}
+
 
 def _connection_listed(pairs: Iterable[tuple[bytes, bytes]]) -> set[bytes]:
     return {
@@ -52,9 +60,10 @@ def request_headers(
     stream. A route's own key replaces the client's credential; the proxy's own keys never
     travel upstream."""
     pairs = [(name.lower(), value) for name, value in incoming]
-    dropped = HOP_BY_HOP | _connection_listed(pairs) | {b"accept-encoding", b"x-request-id"}
-    if credential or drop_credential:
-        dropped |= CLIENT_CREDENTIALS
+    dropped = _NOT_FORWARDED_NOR_CREDENTIALS if credential or drop_credential else _NOT_FORWARDED
+    listed = _connection_listed(pairs)
+    if listed:
+        dropped = dropped | listed
     kept = [(name, value) for name, value in pairs if name not in dropped]
     extra = [(b"authorization", f"Bearer {credential}".encode())] if credential else []
     return [
@@ -70,9 +79,8 @@ def response_headers(upstream: httpx.Headers, decoded: bool) -> RawHeaders:
     `Set-Cookie`s stay two). The body is re-framed by the server, so length is the server's
     business; `Content-Encoding` goes only when the proxy decoded the body (`decoded`)."""
     raw = upstream.raw
-    # uvicorn writes its own date and server headers, and the proxy its own request id: the
-    # upstream's would go out twice.
-    dropped = HOP_BY_HOP | _connection_listed(raw) | {b"date", b"server", b"x-request-id"}
-    if decoded:
-        dropped = dropped | {b"content-encoding"}
+    dropped = _NOT_RETURNED_DECODED if decoded else _NOT_RETURNED
+    listed = _connection_listed(raw)
+    if listed:
+        dropped = dropped | listed
     return [(name, value) for name, value in raw if name.lower() not in dropped]

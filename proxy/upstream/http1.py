@@ -257,14 +257,22 @@ class ResponseBody(httpx.AsyncByteStream):
 
 
 def _head(request: httpx.Request) -> bytes:
-    """Request line and headers. httpx has already set Host and Content-Length."""
-    lines = [request.method.encode("ascii"), b" ", request.url.raw_path, b" HTTP/1.1\r\n"]
+    """Request line and headers. httpx has already set Host and Content-Length. No field may
+    hold a line break (it would end the head early): counted over all the fields at once, each
+    ending in exactly one, and only a head that fails the count is searched for the culprit."""
+    fields = [b"%s: %s\r\n" % pair for pair in request.headers.raw]
+    block = b"".join(fields)
+    if block.count(b"\n") != len(fields) or block.count(b"\r") != len(fields):
+        _refuse_line_break(request)
+    line = b"%s %s HTTP/1.1\r\n" % (request.method.encode("ascii"), request.url.raw_path)
+    return line + block + b"\r\n"
+
+
+def _refuse_line_break(request: httpx.Request) -> NoReturn:
     for name, value in request.headers.raw:
         if b"\r" in value or b"\n" in value or b"\r" in name or b"\n" in name:
             raise httpx.LocalProtocolError(f"header {name!r} holds a line break", request=request)
-        lines += (name, b": ", value, b"\r\n")
-    lines.append(b"\r\n")
-    return b"".join(lines)
+    raise AssertionError("a line break was counted but not found")  # pragma: no cover
 
 
 def _raise_as_httpx(exc: Exception, request: httpx.Request, phase: str) -> NoReturn:

@@ -19,6 +19,10 @@ from proxy.settings.values import ConfigError
 from proxy.wire.credentials import CREDENTIAL_PARAMETERS
 
 DEFAULT_ROUTE = "default"
+CHAT_PATH = b"chat/completions"
+"""The chat endpoint, relative to a base URL: nearly every request the proxy forwards."""
+RULES_CACHED_MODELS = 256
+"""Models whose rules a route keeps at hand; past it, each further model is resolved per request."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +37,14 @@ class UpstreamRoute:
     timeout: httpx.Timeout
     _resolved: dict[str, RouteRules] = field(default_factory=dict, init=False, compare=False)
     """`rules` by profile name, filled on first use."""
+    _by_model: dict[str, RouteRules] = field(default_factory=dict, init=False, compare=False)
+    """`rules` by model name, so a request pays a dict lookup, not `profile_for` (bounded)."""
+    chat_url: httpx.URL = field(init=False, compare=False)
+    """The chat endpoint's URL without a query, built once: parsing it per request cost more
+    than the raw TCP relay's whole round trip."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "chat_url", upstream_url(self.upstream, CHAT_PATH, b""))
 
     def matches(self, model: str) -> bool:
         return any(fnmatchcase(model, pattern) for pattern in self.patterns)
@@ -44,11 +56,24 @@ class UpstreamRoute:
         """The route's rules for a request naming `model`: its keys resolved against the
         profile that applies, once per profile (a route's keys never change; the profile is
         chosen per request, `profile_for`)."""
+        if isinstance(model, str):
+            rules = self._by_model.get(model)
+            if rules is not None:
+                return rules
         profile = self.profile(model)
         rules = self._resolved.get(profile.name)
         if rules is None:
             rules = self._resolved[profile.name] = resolve(self.upstream, profile)
+        if isinstance(model, str) and len(self._by_model) < RULES_CACHED_MODELS:
+            self._by_model[model] = rules
         return rules
+
+    def url(self, raw_relative: bytes, raw_query: bytes) -> httpx.URL:
+        """`upstream_url` on this route's upstream; the chat endpoint's without a query is the
+        one built at start-up."""
+        if raw_relative == CHAT_PATH and not raw_query:
+            return self.chat_url
+        return upstream_url(self.upstream, raw_relative, raw_query)
 
 
 class Router:

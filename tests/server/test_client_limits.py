@@ -405,6 +405,37 @@ async def test_the_budget_is_given_back_on_every_exit(exit_by: str) -> None:
     assert budget.held == other  # and given back, however the read ended
 
 
+async def test_a_body_whose_pieces_keep_coming_within_the_pause_is_read_whole() -> None:
+    """The pause deadline moves with each piece (BodyDeadline re-arms its one timer)."""
+    settings = Settings().with_values(
+        {"server.body_timeout_seconds": 0.2, "server.body_total_timeout_seconds": 5}
+    )
+    pieces = [b"a", b"b", b"c", b"d", b"e"]
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.sleep(0.12)  # each within the pause, all together well past it
+        piece = pieces.pop(0)
+        return {"type": "http.request", "body": piece, "more_body": bool(pieces)}
+
+    assert await read_body(_request(receive), settings.server, BodyBudget()) == b"abcde"
+
+
+async def test_a_cancellation_from_outside_is_not_taken_for_a_body_timeout() -> None:
+    settings = Settings().with_values({"server.body_timeout_seconds": 0.05})
+    waiting = asyncio.Event()
+
+    async def receive() -> dict[str, Any]:
+        waiting.set()
+        await asyncio.sleep(0.2)  # past the pause: the deadline fires too
+        raise AssertionError("not reached")
+
+    task = asyncio.create_task(read_body(_request(receive), settings.server, BodyBudget()))
+    await waiting.wait()
+    task.cancel()  # a shutdown, before the deadline
+    await asyncio.sleep(0.1)
+    assert task.cancelled()
+
+
 # ── connections ──────────────────────────────────────────────────────────────
 
 

@@ -271,6 +271,8 @@ def test_a_header_with_a_line_break_is_refused_before_anything_is_sent(run) -> N
             assert await fetch_all(transport, get(server.url)) == (200, b"ok")
             with pytest.raises(httpx.LocalProtocolError):
                 await fetch(transport, get(server.url, headers={"x-note": "a\nb"}))
+            with pytest.raises(httpx.LocalProtocolError, match="'x-note' holds a line break"):
+                await fetch(transport, get(server.url, headers={"x-note": "a\rb"}))
             assert await fetch_all(transport, get(server.url)) == (200, b"ok")
             # The idle connection survived the refused request, and got nothing of it.
             assert len(server.peers) == 1

@@ -9,8 +9,9 @@ import re
 
 import pytest
 
+from proxy.repair.rules import resolve
 from proxy.settings.schema import ConfigError, Settings
-from proxy.upstream.routes import Router
+from proxy.upstream.routes import CHAT_PATH, RULES_CACHED_MODELS, Router, upstream_url
 
 
 def route(name: str, patterns: list[str], base_url: str, **extra) -> dict:
@@ -62,3 +63,25 @@ def test_route_key_from_a_missing_environment_variable_stops_start_up() -> None:
     settings = Settings().with_values({"upstream.api_key_env": "STREAMFIX_TEST_MISSING_KEY"})
     with pytest.raises(ConfigError, match=r"upstream\.api_key_env"):
         Router(settings, {})
+
+
+def test_the_chat_url_built_at_start_up_is_the_one_built_per_request() -> None:
+    settings = Settings().with_values({"upstream.base_url": "http://127.0.0.1:1/a%20b/v1/"})
+    default = Router(settings, {}).default
+    assert default.url(CHAT_PATH, b"") is default.chat_url
+    assert default.chat_url == upstream_url(default.upstream, CHAT_PATH, b"")
+    assert str(default.chat_url) == "http://127.0.0.1:1/a%20b/v1/chat/completions"
+    # With a query, or another path, the URL is built for the request.
+    assert str(default.url(CHAT_PATH, b"x=1")) == str(default.chat_url) + "?x=1"
+    assert str(default.url(b"models", b"")) == "http://127.0.0.1:1/a%20b/v1/models"
+
+
+def test_rules_kept_per_model_are_the_rules_resolved_for_it() -> None:
+    settings = Settings().with_values({"upstream.base_url": "https://api.moonshot.ai/v1"})
+    default = Router(settings, {}).default
+    first = default.rules("kimi-k2")
+    assert default.rules("kimi-k2") is first
+    assert first == resolve(default.upstream, default.profile("kimi-k2"))
+    assert default.rules(None) is first  # one profile per route: one resolved value
+    for n in range(RULES_CACHED_MODELS + 10):  # past the bound: still right, just not kept
+        assert default.rules(f"m{n}") is first
