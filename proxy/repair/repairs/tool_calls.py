@@ -6,16 +6,16 @@ from typing import Any
 
 from proxy.repair.calls.arguments import ArgumentMender
 from proxy.repair.calls.assembly import AssemblyBudget, CallAssembler, ToolCall
-from proxy.repair.calls.declared import DeclaredTools
 from proxy.repair.calls.ids import generated_call_id
 from proxy.repair.calls.names import unambiguous_tool_name
 from proxy.repair.chunks import choice_index, choices_of, envelope, new_chunk, without_empty_choices
 from proxy.repair.content_parts import ContentPartsFlattener
-from proxy.repair.exchange import Exchange
-from proxy.repair.pipeline import Chunk, Repair
+from proxy.repair.forwarded import Forwarded
+from proxy.repair.pipeline import Chunk, Link
+from proxy.repair.tally import Tally
 
 
-class ToolCallRepair(Repair):
+class ToolCallRepair(Link):
     """Gemini streams calls without `index` (sometimes fragmented, sometimes with a lone
     signature delta); Vertex changes `index` for one id; vLLM drops `id` and `name`. Clients
     then crash (`Expected 'id' to be a string`), drop the calls or merge parallel calls into
@@ -30,15 +30,18 @@ class ToolCallRepair(Repair):
     """
 
     def __init__(
-        self, exchange: Exchange, emit: str = "atomic", max_buffered_bytes: int | None = None
+        self,
+        forwarded: Forwarded,
+        tally: Tally,
+        emit: str = "atomic",
+        max_buffered_bytes: int | None = None,
     ) -> None:
-        self._exchange = exchange
+        self._forwarded = forwarded
+        self._tally = tally
         self._budget = AssemblyBudget(max_buffered_bytes)
         self._incremental = emit == "incremental"
         self._arguments = ArgumentMender()
         self._content = ContentPartsFlattener()
-        self._declared: DeclaredTools | None = None
-        self._declared_read = False  # most calls never need the declared tools: read lazily
         self._choices: dict[int, CallAssembler] = {}
         self._envelope: dict[str, Any] = {}
 
@@ -53,7 +56,7 @@ class ToolCallRepair(Repair):
                     self._take_entries(choice, delta)
                 if type(delta.get("content")) is list and self._content.flatten(delta):
                     changed = True  # Magistral's blocks; rare
-                    self._exchange.count("content_blocks_flattened")
+                    self._tally.count("content_blocks_flattened")
             if choice.get("finish_reason") and self._pending(choice_index(choice)):
                 changed = True
                 self._envelope = envelope(chunk)
@@ -77,7 +80,7 @@ class ToolCallRepair(Repair):
         index = choice_index(choice)
         assembler = self._choices.get(index)
         if assembler is None:
-            assembler = self._choices[index] = CallAssembler(self._budget, self._exchange.count)
+            assembler = self._choices[index] = CallAssembler(self._budget, self._tally.count)
         touched = assembler.add(entries)
         # Calls that come with their choice's finish are whole (a non-streamed message's, or
         # a last delta): nothing is left to stream of them, so they go out as atomic mode
@@ -112,7 +115,7 @@ class ToolCallRepair(Repair):
         if repaired is None:
             broken = sum(not call.arguments_complete() for call in unsent)
             if broken:
-                self._exchange.note(
+                self._tally.note(
                     "arguments_unparseable", "%d call(s) passed on as received", broken
                 )
         else:
@@ -127,15 +130,15 @@ class ToolCallRepair(Repair):
     def _reshaped(self, name: object, arguments: str) -> str:
         """Arguments an upstream encoded once too often, decoded once where the declared tool's
         schema wants the decoded shape (and only then: see DeclaredTools.reshaped)."""
-        if not self._declared_read:
-            self._declared_read = True
-            self._declared = DeclaredTools.of(self._exchange.request)
-        if not isinstance(name, str) or self._declared is None:
+        if not isinstance(name, str):
             return arguments
-        reshaped = self._declared.reshaped(name, arguments)
+        declared = self._forwarded.declared_tools  # read once, and only when a call needs it
+        if declared is None:
+            return arguments
+        reshaped = declared.reshaped(name, arguments)
         if reshaped is None:
             return arguments
-        self._exchange.count("arguments_decoded_twice")
+        self._tally.count("arguments_decoded_twice")
         return reshaped
 
     def _mended(self, texts: list[str]) -> list[str] | None:
@@ -143,7 +146,7 @@ class ToolCallRepair(Repair):
         repaired = self._arguments.repair(texts)
         for before, after in zip(texts, repaired or (), strict=False):
             if after != before:
-                self._exchange.count("arguments_empty" if not before else "arguments_leak")
+                self._tally.count("arguments_empty" if not before else "arguments_leak")
         return repaired
 
     def _incremental_entry(self, index: int, call: ToolCall) -> dict[str, Any] | None:
@@ -156,15 +159,15 @@ class ToolCallRepair(Repair):
         """The call with its identity, and every argument fragment received so far."""
         if call.is_bare():
             call.opened = True
-            self._exchange.note(
+            self._tally.note(
                 "orphan_extra_content", "no call for extra_content in choice %d", choice
             )
             return None
-        name = call.name or unambiguous_tool_name(self._exchange.request, call.arguments)
+        name = call.name or unambiguous_tool_name(self._forwarded.body, call.arguments)
         if name is None:
             call.opened = True  # never retried: it is reported once and stays out
             call.sent_fragments = len(call.fragments)
-            self._exchange.note(
+            self._tally.note(
                 "tool_call_without_name",
                 "left out call %d of choice %d: no name and the request does not imply one",
                 call.index,
@@ -172,11 +175,11 @@ class ToolCallRepair(Repair):
             )
             return None
         if call.name is None:
-            self._exchange.count("tool_call_name_inferred")
+            self._tally.count("tool_call_name_inferred")
         call.name = name
         if call.id is None:
             call.id = self._seeded_id(choice, call.index, name, call.arguments)
-            self._exchange.count("tool_call_id_generated")
+            self._tally.count("tool_call_id_generated")
         self._count_identity(call)
         entry: dict[str, Any] = {
             "index": call.index,
@@ -195,22 +198,21 @@ class ToolCallRepair(Repair):
         """What the client gets that the upstream did not say: an index (none, or another
         number), a type, and in atomic mode one whole call where several deltas came."""
         if not call.upstream_indexes:
-            self._exchange.count("tool_call_index_added")
+            self._tally.count("tool_call_index_added")
         elif call.index not in call.upstream_indexes:
-            self._exchange.count("tool_call_index_renumbered")
+            self._tally.count("tool_call_index_renumbered")
         if not call.typed:
-            self._exchange.count("tool_call_type_added")
+            self._tally.count("tool_call_type_added")
         if call.stringified:
-            self._exchange.count("arguments_object_stringified")
+            self._tally.count("arguments_object_stringified")
         if call.entries > 1 and not self._incremental:
-            self._exchange.count("tool_call_fragments_assembled")
+            self._tally.count("tool_call_fragments_assembled")
 
     def _seeded_id(self, choice: int, position: int, name: str, arguments: str) -> str:
         """Deterministic: replaying the same exchange must give the same ids."""
-        messages = self._exchange.request.get("messages")
         return generated_call_id(
             self._envelope.get("id"),
-            len(messages) if isinstance(messages, list) else 0,
+            self._forwarded.turn,
             choice,
             position,
             name,
