@@ -10,6 +10,7 @@ from proxy.repair.markup.families import FAMILIES
 from proxy.repair.pipeline import Link
 from proxy.repair.receipts.store import ReceiptStore
 from proxy.repair.repairs.call_ids import ReusedCallIdRepair
+from proxy.repair.repairs.content_parts import ContentPartsRepair
 from proxy.repair.repairs.finish_reason import FinishReasonRepair
 from proxy.repair.repairs.history import HistoryRepair
 from proxy.repair.repairs.message_shapes import MessageShapeRepair
@@ -105,8 +106,13 @@ def stream_links(
        left in the content, framing included, for the recogniser.
     2. TextToolCallRepair turns tool-call markup written as content into `tool_calls` entries,
        before ToolCallRepair, which then delivers them like the upstream's own.
+    2a. ContentPartsRepair makes content sent as an array of blocks a string after the markup
+       links, which read only string content (what Magistral writes as blocks is never taken
+       for markup), and before ToolCallRepair, which sends a chunk's text as received.
     3. ToolCallRepair turns whatever the upstream sent into whole calls, which is what every
-       later link reasons about.
+       later link reasons about; the fixes it applies to each whole call before sending it
+       (mended and decoded arguments, an inferred name, a minted id) are in call_fixes.py, in
+       their order.
     3a. ToolNamesRestored gives the answer's calls the client's names back right after
        ToolCallRepair: every call is whole and named by then, the upstream's own, a name
        ToolCallRepair inferred and a call TextToolCallRepair recognised, all of them named as
@@ -133,6 +139,7 @@ def stream_links(
                 forwarded, tally, tools, FAMILIES, max_span_chars=options.max_buffered_bytes
             )
         )
+    links.append(ContentPartsRepair(tally))
     links.append(
         ToolCallRepair(
             forwarded, tally, emit=options.emit, max_buffered_bytes=options.max_buffered_bytes

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.repair.calls.arguments import ArgumentMender
 from proxy.repair.calls.assembly import AssemblyBudget, CallAssembler, ToolCall
-from proxy.repair.calls.ids import generated_call_id
-from proxy.repair.calls.names import unambiguous_tool_name
 from proxy.repair.chunks import choice_index, choices_of, envelope, new_chunk, without_empty_choices
-from proxy.repair.content_parts import ContentPartsFlattener
 from proxy.repair.forwarded import Forwarded
 from proxy.repair.pipeline import Chunk, Link
+from proxy.repair.repairs.call_fixes import CallFixes
 from proxy.repair.tally import Tally
 
 
@@ -25,7 +22,10 @@ class ToolCallRepair(Link):
       even clients that validate every delta for index/id/type/name accept it;
     - ``incremental``: an opening delta with index/id/type/name, then argument fragments.
 
-    A call whose name cannot be known is left out and counted, never sent nameless.
+    Before a call goes out whole, the fixes of call_fixes.py apply to it: arguments mended
+    across the choice's calls, arguments decoded once where they were encoded twice, a missing
+    name inferred (a call whose name cannot be known is left out and counted, never sent
+    nameless), a missing id minted.
     Transcripts: every `gemini_*`, `vertex_*` and `vllm_*` one in tests/transcripts.
     """
 
@@ -40,8 +40,7 @@ class ToolCallRepair(Link):
         self._tally = tally
         self._budget = AssemblyBudget(max_buffered_bytes)
         self._incremental = emit == "incremental"
-        self._arguments = ArgumentMender()
-        self._content = ContentPartsFlattener()
+        self._call_fixes: CallFixes | None = None
         self._choices: dict[int, CallAssembler] = {}
         self._envelope: dict[str, Any] = {}
 
@@ -50,13 +49,9 @@ class ToolCallRepair(Link):
         changed = False
         for choice in choices_of(chunk):
             delta = choice.get("delta")
-            if isinstance(delta, dict):
-                if "tool_calls" in delta:
-                    changed = True
-                    self._take_entries(choice, delta)
-                if type(delta.get("content")) is list and self._content.flatten(delta):
-                    changed = True  # Magistral's blocks; rare
-                    self._tally.count("content_blocks_flattened")
+            if isinstance(delta, dict) and "tool_calls" in delta:
+                changed = True
+                self._take_entries(choice, delta)
             if choice.get("finish_reason") and self._pending(choice_index(choice)):
                 changed = True
                 self._envelope = envelope(chunk)
@@ -109,45 +104,17 @@ class ToolCallRepair(Link):
         return chunks
 
     def _repair_arguments(self, calls: list[ToolCall]) -> None:
-        """Whole calls not sent yet (atomic emission) can still have their arguments mended."""
+        """Whole calls not sent yet (atomic emission) can still have their arguments fixed."""
         unsent = [call for call in calls if not call.opened and not call.is_bare()]
-        repaired = self._mended([call.arguments for call in unsent])
-        if repaired is None:
-            broken = sum(not call.arguments_complete() for call in unsent)
-            if broken:
-                self._tally.note(
-                    "arguments_unparseable", "%d call(s) passed on as received", broken
-                )
-        else:
-            for call, text in zip(unsent, repaired, strict=True):
-                if text != call.arguments:
-                    call.fragments = [text]
+        fixes = self._fixes()
+        fixes.mending.apply(unsent)
         for call in unsent:
-            reshaped = self._reshaped(call.name, call.arguments)
-            if reshaped != call.arguments:
-                call.fragments = [reshaped]
+            fixes.decoding.apply(call)
 
-    def _reshaped(self, name: object, arguments: str) -> str:
-        """Arguments an upstream encoded once too often, decoded once where the declared tool's
-        schema wants the decoded shape (and only then: see DeclaredTools.reshaped)."""
-        if not isinstance(name, str):
-            return arguments
-        declared = self._forwarded.declared_tools  # read once, and only when a call needs it
-        if declared is None:
-            return arguments
-        reshaped = declared.reshaped(name, arguments)
-        if reshaped is None:
-            return arguments
-        self._tally.count("arguments_decoded_twice")
-        return reshaped
-
-    def _mended(self, texts: list[str]) -> list[str] | None:
-        """The mender's arguments for `texts`, each change counted by what it mended."""
-        repaired = self._arguments.repair(texts)
-        for before, after in zip(texts, repaired or (), strict=False):
-            if after != before:
-                self._tally.count("arguments_empty" if not before else "arguments_leak")
-        return repaired
+    def _fixes(self) -> CallFixes:
+        if self._call_fixes is None:
+            self._call_fixes = CallFixes(self._forwarded, self._tally)
+        return self._call_fixes
 
     def _incremental_entry(self, index: int, call: ToolCall) -> dict[str, Any] | None:
         if not call.opened:
@@ -163,23 +130,13 @@ class ToolCallRepair(Link):
                 "orphan_extra_content", "no call for extra_content in choice %d", choice
             )
             return None
-        name = call.name or unambiguous_tool_name(self._forwarded.body, call.arguments)
+        name = self._fixes().naming.name(call, choice)
         if name is None:
             call.opened = True  # never retried: it is reported once and stays out
             call.sent_fragments = len(call.fragments)
-            self._tally.note(
-                "tool_call_without_name",
-                "left out call %d of choice %d: no name and the request does not imply one",
-                call.index,
-                choice,
-            )
             return None
-        if call.name is None:
-            self._tally.count("tool_call_name_inferred")
         call.name = name
-        if call.id is None:
-            call.id = self._seeded_id(choice, call.index, name, call.arguments)
-            self._tally.count("tool_call_id_generated")
+        call.id = self._fixes().minting.mint(call, self._envelope.get("id"), choice, name)
         self._count_identity(call)
         entry: dict[str, Any] = {
             "index": call.index,
@@ -207,17 +164,6 @@ class ToolCallRepair(Link):
             self._tally.count("arguments_object_stringified")
         if call.entries > 1 and not self._incremental:
             self._tally.count("tool_call_fragments_assembled")
-
-    def _seeded_id(self, choice: int, position: int, name: str, arguments: str) -> str:
-        """Deterministic: replaying the same exchange must give the same ids."""
-        return generated_call_id(
-            self._envelope.get("id"),
-            self._forwarded.turn,
-            choice,
-            position,
-            name,
-            arguments,
-        )
 
 
 def _unsent(call: ToolCall) -> bool:

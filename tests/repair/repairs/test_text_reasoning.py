@@ -18,6 +18,7 @@ from proxy.repair.markup.rules import MarkupRules
 from proxy.repair.pipeline import RepairChain
 from proxy.repair.receipts.store import MemoryStore
 from proxy.repair.repairs import request_repairs, stream_links
+from proxy.repair.repairs.content_parts import ContentPartsRepair
 from proxy.repair.repairs.history import HistoryRepair
 from proxy.repair.repairs.parameters import ParameterRepair
 from proxy.repair.repairs.text_reasoning import TextReasoningRepair
@@ -235,7 +236,12 @@ def test_it_runs_first_after_the_request_side_repairs() -> None:
     assert request[:3] == [HistoryRepair, ToolSchemaRepair, ParameterRepair]
     sent = forwarded({"messages": [], "tools": [WEATHER]})
     links = [type(link) for link in stream_links(options, sent, Tally("t"), store)]
-    assert links[:3] == [TextReasoningRepair, TextToolCallRepair, ToolCallRepair]
+    assert links[:4] == [
+        TextReasoningRepair,
+        TextToolCallRepair,
+        ContentPartsRepair,
+        ToolCallRepair,
+    ]
 
 
 def test_through_the_default_chain() -> None:
