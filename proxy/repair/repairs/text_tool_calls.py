@@ -57,15 +57,17 @@ class TextToolCallRepair(Link):
             if not isinstance(delta, dict):
                 continue
             index = choice_index(choice)
-            recogniser = self._recogniser(index)
             content = delta.get("content")
             calls: list[RecognisedCall]
             text, calls = content, []
             if type(content) is str and content and index not in self._finished:
-                text, calls = recogniser.feed(content)
+                text, calls = self._recogniser(index).feed(content)
             finish = choice.get("finish_reason")
             if finish and index not in self._finished:
                 self._finished.add(index)
+                recogniser = self._choices.get(index)  # none: no text came, nothing is held
+                if recogniser is None:
+                    continue
                 rest, more = recogniser.finish(truncated=finish == "length")
                 if rest or more:
                     text, calls = (text or "") + rest, calls + more
