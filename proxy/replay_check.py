@@ -10,7 +10,8 @@ from pathlib import Path
 import httpx
 
 from proxy.repair.conformance import violations
-from proxy.server.app import ChainFactory, create_app, default_chain
+from proxy.repair.phases import Phases
+from proxy.server.app import PhasesFactory, create_app
 from proxy.server.delivery_mode import Mode, delivery_mode
 from proxy.settings.schema import Settings
 from proxy.upstream.cassettes import Cassette
@@ -50,7 +51,7 @@ def settings_for(cassette: Cassette, settings: Settings) -> Settings:
 async def replayed(
     cassette: Cassette,
     settings: Settings,
-    chain_factory: ChainFactory = default_chain,
+    phases_factory: PhasesFactory = Phases,
     credential: str | None = None,
     headers: dict[str, str] | None = None,
 ) -> httpx.Response:
@@ -59,7 +60,7 @@ async def replayed(
     so a replay has no tenant and keeps no receipts, unless `credential` gives it one; `headers`
     are added to the client's (`x-streamfix-debug` for the stream's repair counts)."""
     transport = ReplayTransport([cassette], settings.upstream.base_url)
-    app = create_app(settings, transport=transport, chain_factory=chain_factory)
+    app = create_app(settings, transport=transport, phases_factory=phases_factory)
     async with app.router.lifespan_context(app):
         client_transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(

@@ -167,12 +167,12 @@ def recogniser_in_process(rounds: int = 25, streams: int = 80) -> dict[str, Any]
     from perf_fake import text_events
     from perf_load import TOOLS
 
-    from proxy.repair.exchange import Exchange
+    from proxy.repair.forwarded import Forwarded
     from proxy.repair.markup.rules import MarkupRules
-    from proxy.repair.pipeline import RepairChain
+    from proxy.repair.phases import Phases
     from proxy.repair.receipts.store import MemoryStore
-    from proxy.repair.repairs import default_repairs
     from proxy.repair.rules import RouteRules
+    from proxy.repair.tally import Tally
     from proxy.settings.chain import chain_options
     from proxy.settings.schema import Settings
 
@@ -181,11 +181,11 @@ def recogniser_in_process(rounds: int = 25, streams: int = 80) -> dict[str, Any]
     request = {"model": MARKUP_MODEL, "messages": [{"role": "user", "content": "hi"}]}
     request["tools"] = TOOLS
     store = MemoryStore(max_entries=100, ttl_seconds=60)
+    phases = Phases(options, store)
 
     def one_stream(on: bool) -> int:
         rules = RouteRules(markup=MarkupRules(text_tool_calls=on))
-        exchange = Exchange(request_id="bench", request=dict(request), rules=rules)
-        chain = RepairChain(default_repairs(options, exchange, store))
+        chain = phases.stream(Forwarded(dict(request), rules), Tally("bench"))
         out = 0
         for raw in raws:
             out += len(chain.on_chunk(orjson.loads(raw), raw))

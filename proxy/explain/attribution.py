@@ -1,22 +1,29 @@
-"""A repair chain that says which repair made each change: used by `streamfix explain` only.
+"""Phases that say which repair made each change: used by `streamfix explain` only.
 
-Every repair books what it changes on the exchange (`Exchange.count`). Around each hook call
-this chain snapshots `exchange.repairs`, so the kinds counted while repair R handled an event
-are R's, and it notes what the hook did to the stream (dropped, replaced, split, added). The
-production chain (`RepairChain`) is untouched: its hot loop pays nothing for this.
+Every repair books what it changes on the exchange's tally (`Tally.count`). Around each hook
+call the attributing phases snapshot `tally.repairs`, so the kinds counted while repair R
+handled the request or an event are R's, and they note what the hook did (changed the body;
+dropped, replaced, split or added an event). The production phases (`Phases`, `RepairChain`)
+are untouched: their hot loops pay nothing for this.
 """
 
 from __future__ import annotations
 
 import copy
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.explain.diff import Change, change_json, closest_changes, field_changes
-from proxy.repair.exchange import Exchange
-from proxy.repair.pipeline import Chunk, Repair, RepairChain
+from proxy.repair.forwarded import Forwarded
+from proxy.repair.phases import Phases
+from proxy.repair.pipeline import Chunk, Link, RepairChain
+from proxy.repair.repairs import stream_links
+from proxy.repair.request_phase import RequestContext, RequestRepair, request_phase
+from proxy.repair.rules import RouteRules
+from proxy.repair.tally import Tally
+from proxy.repair.tenancy import ReceiptScope
 from proxy.wire.sse import encode
 
 
@@ -63,19 +70,68 @@ class BodyChange:
     labels: list[Label] = field(default_factory=list)
 
 
-class _Watched(Repair):
-    """Runs one repair's hooks and reports each call to the chain."""
+class Attribution:
+    """What one exchange's repairs did, as explain shows it: the request body before and after
+    (with each request repair's part), each event of the answer (`steps`), a non-streamed
+    body's trip, and what the links counted at the end."""
 
-    def __init__(self, repair: Repair, chain: AttributingChain) -> None:
+    def __init__(self, tally: Tally) -> None:
+        self.tally = tally
+        self.steps: list[Step] = []
+        self.body_labels: list[Label] = []
+        self.request: BodyChange | None = None
+        self.response: BodyChange | None = None
+        self.end_labels: list[Label] = []
+        """Kinds counted by `on_end` hooks (a store write, a summary), not tied to an event."""
+
+    def snapshot(self) -> Counter[str]:
+        return Counter(self.tally.repairs)
+
+    def kinds_since(self, before: Counter[str]) -> dict[str, int]:
+        return dict(self.tally.repairs - before)
+
+
+class _WatchedRequest(RequestRepair):
+    """Runs one request repair and labels what it did to the body."""
+
+    def __init__(self, repair: RequestRepair, attribution: Attribution) -> None:
         self.inner = repair
-        self.name = type(repair).__name__
+        self._attribution = attribution
+
+    @property
+    def name(self) -> str:
+        return self.inner.name  # the failing repair's own name in the log, not the watcher's
+
+    async def apply(self, body: dict[str, Any], context: RequestContext) -> bool:
+        attribution = self._attribution
+        before, original = attribution.snapshot(), _copy(body)
+        try:
+            changed = await self.inner.apply(body, context)
+        except Exception as exc:
+            label = Label(
+                self.name, attribution.kinds_since(before), f"failed: {type(exc).__name__}"
+            )
+            attribution.body_labels.append(label)
+            raise
+        kinds = attribution.kinds_since(before)
+        changes = field_changes(original, _copy(body))
+        if changed or kinds or changes:
+            label = Label(self.name, kinds, "changed" if changed else "", changes)
+            attribution.body_labels.append(label)
+        return changed
+
+
+class _Watched(Link):
+    """Runs one link's hooks and reports each call to the chain."""
+
+    def __init__(self, link: Link, chain: AttributingChain) -> None:
+        self.inner = link
+        self.name = type(link).__name__
+        self.stream_framing = link.stream_framing
         self._chain = chain
 
-    def wants_chunks(self) -> bool:
-        return self.inner.wants_chunks()
-
     def on_chunk(self, chunk: Chunk) -> list[Chunk] | None:
-        before, original = self._chain.snapshot(), _copy(chunk)  # before the repair mutates it
+        before, original = self._chain.snapshot(), _copy(chunk)  # before the link mutates it
         try:
             result = self.inner.on_chunk(chunk)
         except Exception as exc:
@@ -84,7 +140,7 @@ class _Watched(Repair):
         if result is None:
             self._chain.attribute(self.name, before, "")
         else:
-            # Copied now: the repairs after this one may still change what it passed on.
+            # Copied now: the links after this one may still change what it passed on.
             changes = closest_changes(original, [_copy(out) for out in result])
             self._chain.attribute(self.name, before, _stream_action(chunk, result), changes)
         return result
@@ -94,28 +150,6 @@ class _Watched(Repair):
         added = await self.inner.on_end()
         self._chain.ending(self.name, self._chain.kinds_since(before), bool(added))
         return added
-
-    async def on_request(self, body: dict[str, Any]) -> bool:
-        return await self._on_body(self.inner.on_request, body)
-
-    async def _on_body(
-        self, hook: Callable[[dict[str, Any]], Awaitable[bool]], body: dict[str, Any]
-    ) -> bool:
-        before, original = self._chain.snapshot(), _copy(body)
-        try:
-            changed = await hook(body)
-        except Exception as exc:
-            label = Label(
-                self.name, self._chain.kinds_since(before), f"failed: {type(exc).__name__}"
-            )
-            self._chain.body_labels.append(label)
-            raise
-        kinds = self._chain.kinds_since(before)
-        changes = field_changes(original, _copy(body))
-        if changed or kinds or changes:
-            label = Label(self.name, kinds, "changed" if changed else "", changes)
-            self._chain.body_labels.append(label)
-        return changed
 
 
 def _stream_action(chunk: Chunk, result: list[Chunk]) -> str:
@@ -133,26 +167,62 @@ def _copy(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
-class AttributingChain(RepairChain):
-    """`RepairChain` over watched repairs, keeping a `Step` per event it is handed."""
+class AttributingPhases(Phases):
+    """`Phases` whose request repairs and links are watched: one `Attribution` per exchange
+    (`attributions`, in the order the exchanges came)."""
 
-    def __init__(self, repairs: Sequence[Repair], exchange: Exchange, *, strict: bool = False):
-        self.exchange = exchange
-        self.steps: list[Step] = []
-        self.body_labels: list[Label] = []
-        self.request: BodyChange | None = None
-        self.response: BodyChange | None = None
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.attributions: list[Attribution] = []
+        self._by_tally: dict[int, Attribution] = {}
+
+    async def request(
+        self, body: dict[str, Any], rules: RouteRules, scope: ReceiptScope, tally: Tally
+    ) -> tuple[Forwarded, bool]:
+        attribution = Attribution(tally)
+        self.attributions.append(attribution)
+        self._by_tally[id(tally)] = attribution
+        watched = [_WatchedRequest(repair, attribution) for repair in self.request_repairs]
+        attribution.request = BodyChange(_copy(body))
+        forwarded, changed = await request_phase(
+            body, rules, scope, tally, watched, strict=self.options.strict
+        )
+        attribution.request.after, attribution.request.labels = _copy(body), attribution.body_labels
+        return forwarded, changed
+
+    def stream(self, forwarded: Forwarded, tally: Tally) -> AttributingChain:
+        attribution = self._by_tally.get(id(tally)) or Attribution(tally)
+        links = stream_links(self.options, forwarded, tally, self.store)
+        return AttributingChain(links, attribution, strict=self.options.strict)
+
+
+class AttributingChain(RepairChain):
+    """`RepairChain` over watched links, keeping a `Step` per event it is handed."""
+
+    def __init__(self, links: Sequence[Link], attribution: Attribution, *, strict: bool = False):
+        self.attribution = attribution
         self._depth = 0
         self._current: Step | None = None
-        self._end_labels: list[Label] = []
         self._adder = Label("?", {}, "added")
-        super().__init__([_Watched(repair, self) for repair in repairs], strict=strict)
+        super().__init__([_Watched(link, self) for link in links], strict=strict)
+
+    @property
+    def tally(self) -> Tally:
+        return self.attribution.tally
+
+    @property
+    def steps(self) -> list[Step]:
+        return self.attribution.steps
+
+    @property
+    def response(self) -> BodyChange | None:
+        return self.attribution.response
 
     def snapshot(self) -> Counter[str]:
-        return Counter(self.exchange.repairs)
+        return self.attribution.snapshot()
 
     def kinds_since(self, before: Counter[str]) -> dict[str, int]:
-        return dict(self.exchange.repairs - before)
+        return self.attribution.kinds_since(before)
 
     def attribute(
         self, repair: str, before: Counter[str], action: str, changes: Sequence[Change] = ()
@@ -166,7 +236,7 @@ class AttributingChain(RepairChain):
         the first of them carries what it counted; without any, the kinds stand alone."""
         self._adder = Label(repair, kinds, "added")
         if kinds and not added:
-            self._end_labels.append(Label(repair, kinds, "at end"))
+            self.attribution.end_labels.append(Label(repair, kinds, "at end"))
 
     def on_chunk(
         self, chunk: Chunk, raw: bytes | None, start: int = 0
@@ -187,30 +257,23 @@ class AttributingChain(RepairChain):
         step.client = [out_raw if out_raw is not None else encode(out) for out, out_raw in items]
         return items
 
-    async def on_request(self, body: dict[str, Any]) -> bool:
-        self.request, self.body_labels = BodyChange(_copy(body)), []
-        changed = await super().on_request(body)
-        self.request.after, self.request.labels = _copy(body), self.body_labels
-        return changed
-
     async def on_response(self, body: dict[str, Any]) -> bool:
         """A non-streamed body goes through the links as a one-event stream: what they did to
         its event (and the events they added) is the body's, not rows of a stream."""
-        self.response = BodyChange(_copy(body))
+        response = self.attribution.response = BodyChange(_copy(body))
         first = len(self.steps)
         changed = await super().on_response(body)
         trip, self.steps[first:] = self.steps[first:], []
-        self.response.after = _copy(body)
+        response.after = _copy(body)
         # A link that rebuilt the event the same (a message's calls) changed nothing.
         labels = [label for step in trip for label in step.labels]
-        self.response.labels = [label for label in labels if changed or label.kinds]
+        response.labels = [label for label in labels if changed or label.kinds]
         return changed
 
     @property
     def end_labels(self) -> list[Label]:
-        """Kinds counted by `on_end` hooks (a store write, a summary), not tied to an event."""
-        return self._end_labels
+        return self.attribution.end_labels
 
-    def _absorb(self, repair: Repair) -> None:
-        # The failing repair's own name in the log, not the watcher's.
-        super()._absorb(repair.inner if isinstance(repair, _Watched) else repair)
+    def _absorb(self, link: Link) -> None:
+        # The failing link's own name in the log, not the watcher's.
+        super()._absorb(link.inner if isinstance(link, _Watched) else link)

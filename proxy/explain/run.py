@@ -9,11 +9,10 @@ from pathlib import Path
 
 import httpx
 
-from proxy.explain.attribution import AttributingChain, BodyChange, Label, Step
-from proxy.repair.exchange import Exchange
-from proxy.repair.pipeline import RepairChain, as_chunk, is_done, is_upstream_error
+from proxy.explain.attribution import AttributingPhases, Attribution, BodyChange, Label, Step
+from proxy.repair.pipeline import as_chunk, is_done, is_upstream_error
 from proxy.repair.receipts.store import ReceiptStore
-from proxy.repair.repairs import ChainOptions, default_repairs
+from proxy.repair.repairs import ChainOptions
 from proxy.replay_check import delivery_of, replayed, settings_for
 from proxy.server.delivery_mode import Mode
 from proxy.settings.schema import Settings
@@ -78,39 +77,38 @@ EXPLAIN_TENANT = "streamfix-explain"
 
 async def explain(path: Path, settings: Settings) -> Explanation:
     cassette = load(path)
-    chains: list[AttributingChain] = []
+    built: list[AttributingPhases] = []
 
-    def attributing(options: ChainOptions, exchange: Exchange, store: ReceiptStore) -> RepairChain:
-        chain = AttributingChain(
-            default_repairs(options, exchange, store), exchange, strict=options.strict
-        )
-        chains.append(chain)
-        return chain
+    def attributing(options: ChainOptions, store: ReceiptStore) -> AttributingPhases:
+        phases = AttributingPhases(options, store)
+        built.append(phases)
+        return phases
 
-    # A made-up tenant, so the receipt repair shows what it would capture and strip.
+    # A made-up tenant, so the receipt repairs show what they would capture and strip.
     settings = settings_for(cassette, settings)
     response = await replayed(cassette, settings, attributing, credential=EXPLAIN_TENANT)
-    chain = chains[0] if chains else None
-    result = Explanation(path.name, response.status_code, _mode(cassette, response, chain))
-    if chain is None:  # refused before any repair ran
+    attributions = built[0].attributions if built else []
+    seen = attributions[0] if attributions else None
+    result = Explanation(path.name, response.status_code, _mode(cassette, response, seen))
+    if seen is None:  # refused before any repair ran
         result.relayed = response.content
         return result
-    result.request, result.response = chain.request, chain.response
+    result.request, result.response = seen.request, seen.response
     if result.mode == "stream":
-        result.rows = _rows(_upstream_events(cassette), chain.steps, response.content)
+        result.rows = _rows(_upstream_events(cassette), seen.steps, response.content)
         result.accounted = _sent(result.rows) == response.content
     elif result.mode == "relayed":
         result.relayed = response.content
-    _total(result, chain)
+    _total(result, seen)
     return result
 
 
-def _mode(cassette: Cassette, response: httpx.Response, chain: AttributingChain | None) -> str:
+def _mode(cassette: Cassette, response: httpx.Response, seen: Attribution | None) -> str:
     """How the proxy answered: the app's own decision (server/delivery_mode.py)."""
-    if chain is None:  # refused, or a path no repair reads
+    if seen is None:  # refused, or a path no repair reads
         return Mode.RELAY.value
     mode = delivery_of(cassette, response)
-    if mode is Mode.JSON and chain.response is None:
+    if mode is Mode.JSON and seen.response is None:
         return Mode.RELAY.value  # not a JSON object: passed on as received
     return mode.value
 
@@ -188,20 +186,20 @@ def _sent(rows: list[Row]) -> bytes:
     return b"".join(b"".join(row.client) for row in rows)
 
 
-def _total(result: Explanation, chain: AttributingChain) -> None:
+def _total(result: Explanation, seen: Attribution) -> None:
     """Totals by kind; what no label accounts for is the pipeline's or the proxy's own."""
-    labels = [label for row in result.rows for label in row.labels] + chain.end_labels
+    labels = [label for row in result.rows for label in row.labels] + seen.end_labels
     for body in (result.request, result.response):
         if body is not None:
             labels += body.labels
     attributed: Counter[str] = Counter()
     for label in labels:
         attributed.update(label.kinds)
-    counted = Counter(chain.exchange.repairs)
+    counted = Counter(seen.tally.repairs)
     # Kinds only explain names (`done_added`) count where it saw them; the rest as booked.
     totals = counted | attributed
     rest = dict(totals - attributed)
-    result.notes = list(chain.end_labels)
+    result.notes = list(seen.end_labels)
     if rest:
         result.notes.append(Label("pipeline", rest, ""))
     result.totals = dict(sorted(totals.items()))

@@ -15,8 +15,7 @@ class ContentPartsFlattener:
     the field the AI SDK reads reasoning from. An array holding any other kind of block (an
     image, a block type nobody documented) goes on as received.
 
-    Not a chain link of its own: ToolCallRepair, which already looks at every delta, calls it for
-    the rare delta whose content is a list, so other chunks pay nothing more.
+    The rule only: ContentPartsRepair (repairs/content_parts.py) is the link that applies it.
     """
 
     def flatten(self, delta: dict[str, Any]) -> bool:

@@ -1,6 +1,7 @@
-"""The repair chain: the contract every repair implements, and the streaming loop that runs it.
+"""The stream phase: the contract every stream link implements, the chain that runs one
+exchange's links, and the streaming loop around it.
 
-Only JSON `data:` events reach repairs. Comments, `event:`-typed events and data that is not a
+Only JSON `data:` events reach the links. Comments, `event:`-typed events and data that is not a
 JSON object pass through byte for byte. `[DONE]` belongs to the pipeline and goes out once, and
 only when the upstream ended cleanly: a truncated answer must not look complete.
 
@@ -37,22 +38,15 @@ _UNTOUCHED = b"(a non-streamed answer's one event, untouched)"
 """The raw bytes the one-event trip hands the chain: back as they went, the event is unchanged."""
 
 
-class Repair:
-    """One independent fix. A fresh instance per exchange; override only the hooks you need."""
-
-    async def on_request(self, body: dict[str, Any]) -> bool:
-        """Edit the request body in place; return True when it changed."""
-        return False
+class Link:
+    """One independent fix to the answer, built per exchange from the request phase's
+    `Forwarded` (repairs/__init__.py `stream_links`), and only when it has something to do
+    for this exchange. Override only the hooks you need."""
 
     def on_chunk(self, chunk: Chunk) -> list[Chunk] | None:
         """The hot path: synchronous, no I/O. None means "untouched" (the original bytes go
         out); a list replaces the chunk (empty drops it, several split it)."""
         return None
-
-    def wants_chunks(self) -> bool:
-        """Whether `on_chunk` has anything to do in this exchange; asked once, when the chain
-        is built, so a repair with nothing to watch costs nothing per chunk."""
-        return type(self).on_chunk is not Repair.on_chunk
 
     async def on_end(self) -> list[Chunk]:
         """The upstream stream ended cleanly: chunks to send before `[DONE]`."""
@@ -64,34 +58,35 @@ class Repair:
 
 
 class RepairChain:
-    def __init__(self, repairs: Sequence[Repair], *, strict: bool = False) -> None:
-        self.repairs = list(repairs)
-        self.strict = strict
-        # Per chunk, only the repairs with something to do run (HistoryRepair never has).
-        self._chunk_repairs = [
-            (position, repair)
-            for position, repair in enumerate(self.repairs)
-            if repair.wants_chunks()
-        ]
+    """The stream phase: one exchange's links in order, run over each event of the answer."""
 
-    async def on_request(self, body: dict[str, Any]) -> bool:
-        changed = False
-        for repair in self.repairs:
-            changed |= bool(await self._guard_async(repair, repair.on_request, body))
-        return changed
+    def __init__(self, links: Sequence[Link], *, strict: bool = False) -> None:
+        self.links = list(links)
+        self.strict = strict
+        # Per chunk and at the end, only the links with a hook of their own run.
+        self._chunk_links = [
+            (position, link)
+            for position, link in enumerate(self.links)
+            if type(link).on_chunk is not Link.on_chunk
+        ]
+        self._end_links = [
+            (position, link)
+            for position, link in enumerate(self.links)
+            if type(link).on_end is not Link.on_end
+        ]
 
     async def on_response(self, body: dict[str, Any]) -> bool:
         """Repair a non-streamed completion in place, through the stream links: as a one-event
         stream (one_event.py), run as a stream is, folded back. False, and the body untouched,
         when the links changed nothing: the client then gets the bytes the upstream sent."""
         trip = OneEvent(body)
-        streaming = self._chunk_repairs
-        self._chunk_repairs = [(p, r) for p, r in streaming if not r.stream_framing]
+        streaming = self._chunk_links
+        self._chunk_links = [(p, link) for p, link in streaming if not link.stream_framing]
         try:
             items = self.on_chunk(trip.chunk, _UNTOUCHED)
             items += await self.on_end(framing=False)
         finally:
-            self._chunk_repairs = streaming
+            self._chunk_links = streaming
         if len(items) == 1 and items[0][1] is _UNTOUCHED:
             return False
         folded = trip.fold(chunk for chunk, _ in items)
@@ -104,18 +99,18 @@ class RepairChain:
     def on_chunk(
         self, chunk: Chunk, raw: bytes | None, start: int = 0
     ) -> list[tuple[Chunk, bytes | None]]:
-        """Run `chunk` through repairs[start:]; pairs keep the raw bytes while nothing changed."""
-        # The hot loop: most chunks pass every repair untouched, so no lists are built for them,
-        # and the guard is inlined rather than one more call per repair per chunk.
-        for position, repair in self._chunk_repairs:
+        """Run `chunk` through links[start:]; pairs keep the raw bytes while nothing changed."""
+        # The hot loop: most chunks pass every link untouched, so no lists are built for them,
+        # and the guard is inlined rather than one more call per link per chunk.
+        for position, link in self._chunk_links:
             if position < start:
                 continue
             try:
-                result = repair.on_chunk(chunk)
+                result = link.on_chunk(chunk)
             except LimitExceeded:
                 raise  # the upstream outgrew a bound: the stream ends, no repair's bug
             except Exception:
-                self._absorb(repair)
+                self._absorb(link)
                 continue
             if result is not None:
                 items: list[tuple[Chunk, bytes | None]] = []
@@ -125,33 +120,29 @@ class RepairChain:
         return [(chunk, raw)]
 
     async def on_end(self, *, framing: bool = True) -> list[tuple[Chunk, bytes | None]]:
-        """Each repair's closing chunks still flow through the repairs after it. `framing`
-        False: the links that only frame a stream are left out (a non-streamed answer's trip)."""
+        """Each link's closing chunks still flow through the links after it. `framing` False:
+        the links that only frame a stream are left out (a non-streamed answer's trip)."""
         out: list[tuple[Chunk, bytes | None]] = []
-        for position, repair in enumerate(self.repairs):
-            if repair.stream_framing and not framing:
+        for position, link in self._end_links:
+            if link.stream_framing and not framing:
                 continue
-            for chunk in await self._guard_async(repair, repair.on_end, default=[]):
+            try:
+                closing = await link.on_end()
+            except Exception:
+                self._absorb(link)
+                continue
+            for chunk in closing:
                 out.extend(self.on_chunk(chunk, None, position + 1))
         return out
 
-    # A repair that raises must not take the stream down: its input passes on unrepaired, and
-    # the failure is logged with the repair's name. Strict mode (the tests) re-raises instead.
+    # A link that raises must not take the stream down: its input passes on unrepaired, and
+    # the failure is logged with the link's name. Strict mode (the tests) re-raises instead.
 
-    async def _guard_async(
-        self, repair: Repair, hook: Any, *args: Any, default: Any = False
-    ) -> Any:
-        try:
-            return await hook(*args)
-        except Exception:
-            self._absorb(repair)
-            return default
-
-    def _absorb(self, repair: Repair) -> None:
-        """Called while a repair's exception is being handled."""
+    def _absorb(self, link: Link) -> None:
+        """Called while a link's exception is being handled."""
         if self.strict:
             raise  # re-raises the exception being handled
-        logger.exception("repair %s failed; passing data unrepaired", type(repair).__name__)
+        logger.exception("repair %s failed; passing data unrepaired", type(link).__name__)
 
 
 def as_chunk(event: SSEEvent) -> Chunk | None:

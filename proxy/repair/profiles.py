@@ -12,7 +12,7 @@ here: adding a provider means adding rules, not code.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, TypedDict
 from urllib.parse import urlsplit
 
@@ -123,12 +123,31 @@ class ProviderProfile:
     parameters: tuple[ParameterRule, ...] = ()
     """Request parameters this upstream rejects or renames (ParameterRepair applies them)."""
 
+    _by_place: dict[str, tuple[ReceiptRule, ...]] = field(
+        init=False, repr=False, compare=False, hash=False
+    )
+    """`rules(on)` for each place, computed once: every exchange asks."""
+
+    def __post_init__(self) -> None:
+        by_place = {
+            on: tuple(rule for rule in self.receipts if rule.on == on)
+            for on in ("call", "tool_turn", "text_turn")
+        }
+        by_place["message"] = by_place["tool_turn"] + by_place["text_turn"]
+        object.__setattr__(self, "_by_place", by_place)
+
     def rules(self, on: str) -> tuple[ReceiptRule, ...]:
-        return tuple(rule for rule in self.receipts if rule.on == on)
+        """The receipts on a call, a `tool_turn` or a `text_turn` message, or any `message`."""
+        return self._by_place.get(on, ())
 
     @property
     def keeps_receipts(self) -> bool:
         return bool(self.receipts)
+
+    @property
+    def requires_receipts(self) -> bool:
+        """A tool turn without one of its receipts is refused upstream (DeepSeek's)."""
+        return any(rule.required for rule in self._by_place["tool_turn"])
 
 
 class _ReceiptFields(TypedDict, total=False):

@@ -5,10 +5,8 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -18,11 +16,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from proxy.repair.exchange import Exchange
-from proxy.repair.pipeline import RepairChain
+from proxy.repair.phases import Phases
 from proxy.repair.receipts.store import ReceiptStore, open_store
-from proxy.repair.repairs import ChainOptions, default_repairs
+from proxy.repair.repairs import ChainOptions
 from proxy.repair.rules import RouteRules
+from proxy.repair.tally import Tally
 from proxy.repair.tenancy import ReceiptScope, tenant_of
 from proxy.server.asgi import StreamfixApp, http_error, internal_error
 from proxy.server.auth import is_allowed
@@ -54,12 +52,8 @@ from proxy.wire.credentials import masked_url
 
 logger = logging.getLogger(__name__)
 
-ChainFactory = Callable[[ChainOptions, Exchange, ReceiptStore], RepairChain]
-"""Builds one exchange's repair chain; `streamfix explain` passes one that attributes."""
-
-
-def default_chain(options: ChainOptions, exchange: Exchange, store: ReceiptStore) -> RepairChain:
-    return RepairChain(default_repairs(options, exchange, store), strict=options.strict)
+PhasesFactory = Callable[[ChainOptions, ReceiptStore], Phases]
+"""Builds the app's two phases (once); `streamfix explain` passes one that attributes."""
 
 
 class Proxy:
@@ -70,10 +64,9 @@ class Proxy:
         settings: Settings,
         transport: httpx.AsyncBaseTransport | None = None,
         environ: Mapping[str, str] | None = None,
-        chain_factory: ChainFactory = default_chain,
+        phases_factory: PhasesFactory = Phases,
     ) -> None:
         environ = os.environ if environ is None else environ
-        self.chain_factory = chain_factory
         self.chain_options = chain_options(settings)
         quiet_client_loggers()
         self.settings = settings
@@ -89,6 +82,7 @@ class Proxy:
         self.transport = transport or upstream_transport(settings, environ)
         self.started = False
         self.store: ReceiptStore = open_store(settings.receipts)
+        self.phases = phases_factory(self.chain_options, self.store)
         # What upstreams refused before generating (400/422), and the one resend that follows.
         self.refusals = open_learning(settings)
         self.metrics = Metrics()
@@ -147,40 +141,43 @@ class Proxy:
         started = time.monotonic()  # the recall below is part of the exchange's time
         rules = route.rules(body.get("model"))
         recalled = await self.refusals.recall(route.identity, body, rules)
-        record = self._record(request, request_id, body, route, recalled.applied(rules), started)
-        chain = self.chain_factory(self.chain_options, record.exchange, self.store)
-        changed = await chain.on_request(body) or renamed
-        content = json_codec.dumps(body) if changed else raw
+        record = self._record(request, request_id, body, route, started)
+        # Phase one: the request repairs, ending in what goes upstream (the client's own bytes
+        # when nothing changed).
+        scope = ReceiptScope(self._tenant(request), route.identity)
+        forwarded, changed = await self.phases.request(
+            body, recalled.applied(rules), scope, record.tally
+        )
+        record.forwarded = forwarded
+        content = json_codec.dumps(forwarded.body) if changed or renamed else raw
 
         async def rebuild(rules: RouteRules) -> dict[str, Any]:
-            """The request phase again, on the client's request, with the rules a refusal
-            called for (upstream/refusals.py): a fresh exchange and chain, so the answer's
-            repairs know what went up (tool names mapped back)."""
-            nonlocal chain
+            """Phase one again, on the client's request, with the rules a refusal called for
+            (upstream/refusals.py): a fresh tally and Forwarded, so phase two knows what went
+            up (tool names mapped back). The refused send's counts go with it."""
             again = parse_chat_request(raw)
             if renamed:
                 again["model"] = route.upstream.model
-            fresh = replace(record.exchange, request=again, rules=rules, repairs=Counter())
-            record.exchange = fresh
-            chain = self.chain_factory(self.chain_options, record.exchange, self.store)
-            await chain.on_request(again)
-            return again
+            record.tally = Tally(request_id)
+            record.forwarded, _ = await self.phases.request(again, rules, scope, record.tally)
+            return record.forwarded.body
 
         upstream = await self._send(
-            request, route, CHAT_PATH, content, record, resend=body, rebuild=rebuild
+            request, route, CHAT_PATH, content, record, resend=forwarded.body, rebuild=rebuild
         )
         if isinstance(upstream, Response):
             return self._failed(record, upstream)
-        exchange = record.exchange
+        forwarded = record.forwarded  # a refusal's resend built it again
+        assert forwarded is not None  # set by phase one above
         status = upstream.status_code
         headers = upstream.headers
         encoding = headers.get("content-encoding", "")  # an httpx lookup costs 1.5 µs: once
         delivery = delivery_mode(
-            status, bool(body.get("stream")), headers.get("content-type", ""), encoding
+            status, bool(forwarded.body.get("stream")), headers.get("content-type", ""), encoding
         )
         if delivery.mode is Mode.RELAY:
             if delivery.unrepaired_encoding is not None:
-                exchange.note(
+                record.note(
                     "unrepaired_encoding",
                     "relayed unrepaired: the proxy does not decode Content-Encoding %r",
                     delivery.unrepaired_encoding,
@@ -189,6 +186,8 @@ class Proxy:
             return relay(upstream, record, client_headers, lambda: self._finished(record, status))
         decoder = decoder_for(encoding)
         assert decoder is not None  # delivery_mode relays what has none
+        # Phase two: the stream links, built from what phase one decided.
+        chain = self.phases.stream(forwarded, record.tally)
         client_headers = self._client_headers(upstream, request_id, decoded=True)
         if delivery.mode is Mode.SSE:
             self.metrics.active_streams.inc()
@@ -250,7 +249,7 @@ class Proxy:
         """The proxy's own error response for an exchange: booked, and headed like the rest."""
         self._finished(record, response.status_code)
         response.headers["x-request-id"] = record.request_id
-        response.raw_headers.append(repairs_header(record.exchange))
+        response.raw_headers.append(repairs_header(record.tally))
         return response
 
     def _authorize(self, request: Request) -> None:
@@ -268,28 +267,23 @@ class Proxy:
         request_id: str,
         body: dict[str, Any],
         route: UpstreamRoute,
-        rules: RouteRules,
         started: float,
     ) -> ExchangeRecord:
-        """A chat exchange: the repairs' view (its route's rules, with what this upstream
-        refused before) inside the server's record."""
-        # Every credential form the proxy forwards names the tenant, `?key=` included.
-        query = request.scope.get("query_string", b"")
-        tenant = tenant_of(request.headers, self.settings.receipts.tenant_header, query=query)
-        exchange = Exchange(
-            request_id=request_id,
-            request=body,
-            rules=rules,
-            scope=ReceiptScope(tenant, route.identity),
-        )
+        """A chat exchange's record, before its request phase."""
         return ExchangeRecord(
-            exchange,
+            Tally(request_id),
             route=route.name,
             method=request.method,
             path=request.scope["path"],  # the hot path's: request.url builds a URL
+            model=body.get("model"),
             started=started,
             debug=request.headers.get("x-streamfix-debug") == "1",
         )
+
+    def _tenant(self, request: Request) -> str | None:
+        """Every credential form the proxy forwards names the tenant, `?key=` included."""
+        query = request.scope.get("query_string", b"")
+        return tenant_of(request.headers, self.settings.receipts.tenant_header, query=query)
 
     async def _send(
         self,
@@ -328,24 +322,21 @@ class Proxy:
             content,
             {
                 "timeout": route.timeout.as_dict(),
-                UPSTREAM: UpstreamContext(
-                    route.upstream.base_url, record.exchange.rules.profile.name
-                ),
+                UPSTREAM: UpstreamContext(route.upstream.base_url, record.profile),
             },
         )
 
         async def dispatch(outgoing: httpx.Request) -> httpx.Response | Response:
             return await self._dispatch(route, outgoing, record)
 
-        if resend is None:
+        if resend is None or record.forwarded is None:
             upstream = await dispatch(outgoing)
         else:
-            rules = record.exchange.rules
             upstream, learned = await self.refusals.send(
-                dispatch, route.identity, resend, outgoing, rules, rebuild
+                dispatch, route.identity, resend, outgoing, record.forwarded.rules, rebuild
             )
             if learned is not None:
-                record.exchange.count(learned.kind, len(learned.keys))
+                record.tally.count(learned.kind, len(learned.keys))
                 log_learned(logger, record, learned)
         if isinstance(upstream, httpx.Response):
             record.client_copy = client_copy_of(upstream)
@@ -411,7 +402,7 @@ class Proxy:
     def _finished(self, record: ExchangeRecord, status: int) -> None:
         """One log line per exchange, and its counts into the metrics."""
         duration = time.monotonic() - record.started
-        self.metrics.record(record.route, status, duration, record.exchange.repairs)
+        self.metrics.record(record.route, status, duration, record.tally.repairs)
         if self.tracing:
             self.tracing.finished(record, status)
         log_exchange(logger, record, status, duration)
@@ -419,10 +410,9 @@ class Proxy:
 
 def _plain_record(request: Request, request_id: str, route: str, model: object) -> ExchangeRecord:
     """An exchange no repair runs on (a passthrough, a refusal): what its line and span name."""
-    exchange = Exchange(
-        request_id=request_id, request={"model": model} if model is not None else {}
+    return ExchangeRecord(
+        Tally(request_id), route=route, method=request.method, path=request.url.path, model=model
     )
-    return ExchangeRecord(exchange, route=route, method=request.method, path=request.url.path)
 
 
 def _after_first_segment(scope: Mapping[str, Any]) -> bytes:
@@ -438,9 +428,9 @@ def new_request_id() -> str:
 def create_app(
     settings: Settings,
     transport: httpx.AsyncBaseTransport | None = None,
-    chain_factory: ChainFactory = default_chain,
+    phases_factory: PhasesFactory = Phases,
 ) -> StreamfixApp:
-    proxy = Proxy(settings, transport, chain_factory=chain_factory)
+    proxy = Proxy(settings, transport, phases_factory=phases_factory)
     endpoints = [
         Route("/healthz", proxy.healthz, methods=["GET"]),
         Route("/readyz", proxy.readyz, methods=["GET"]),

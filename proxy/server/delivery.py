@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator, Callable
 import httpx
 from starlette.responses import Response
 
-from proxy.repair.exchange import Exchange
 from proxy.repair.pipeline import RepairChain, repaired_stream
+from proxy.repair.tally import Tally
 from proxy.server.errors import error_event, error_response
 from proxy.server.record import ExchangeRecord
 from proxy.server.streamed_response import StreamedResponse
@@ -30,13 +30,13 @@ REPAIRS_HEADER = b"x-streamfix-repairs"
 non-streamed body; the request side's for a stream, whose own follow in the debug comment)."""
 
 
-def repairs_header(exchange: Exchange) -> tuple[bytes, bytes]:
-    return (REPAIRS_HEADER, exchange.summary().encode())
+def repairs_header(tally: Tally) -> tuple[bytes, bytes]:
+    return (REPAIRS_HEADER, tally.summary().encode())
 
 
-def repairs_comment(exchange: Exchange) -> bytes:
+def repairs_comment(tally: Tally) -> bytes:
     """An SSE comment every client parser skips: the stream's repairs, for a client that asked."""
-    return b": streamfix-repairs " + exchange.summary().encode() + b"\n\n"
+    return b": streamfix-repairs " + tally.summary().encode() + b"\n\n"
 
 
 def relay(
@@ -47,7 +47,7 @@ def relay(
     return StreamedResponse(
         _Closing(upstream, raw_body(upstream), record, on_close),
         status_code=upstream.status_code,
-        headers=[*headers, repairs_header(record.exchange)],
+        headers=[*headers, repairs_header(record.tally)],
     )
 
 
@@ -60,11 +60,11 @@ def repaired_sse(
     decoder: Decoder,
     on_close: OnClose,
 ) -> Response:
-    exchange = record.exchange
+    tally = record.tally
 
     def abort(exc: Exception) -> bytes:
         # No finish reason and no [DONE]: a truncated answer must not look complete.
-        exchange.note("stream_aborted", "upstream stream failed: %s", type(exc).__name__)
+        tally.note("stream_aborted", "upstream stream failed: %s", type(exc).__name__)
         if isinstance(exc, LimitExceeded):
             return error_event(str(exc), "upstream_error", exc.code)
         _, message, code = describe_failure(exc, _origin(upstream))
@@ -76,14 +76,14 @@ def repaired_sse(
         SSEDecoder(max_event_bytes),
         (httpx.HTTPError, LimitExceeded),
         abort,
-        exchange.count,
-        (lambda: repairs_comment(exchange)) if record.debug else bytes,
+        tally.count,
+        (lambda: repairs_comment(tally)) if record.debug else bytes,
     )
     kept = [f for f in headers if f[0].lower() not in _SSE_NAMES]
     return StreamedResponse(
         _Closing(upstream, stream, record, on_close),
         status_code=upstream.status_code,
-        headers=[*kept, *SSE_HEADERS, repairs_header(exchange)],
+        headers=[*kept, *SSE_HEADERS, repairs_header(tally)],
         media_type="text/event-stream",
     )
 
@@ -120,7 +120,7 @@ async def repaired_json(
         record.client_copy.sent(raw)
         await record.client_copy.save()
     response = Response(raw, status_code=upstream.status_code)
-    response.raw_headers.extend([*headers, repairs_header(record.exchange)])
+    response.raw_headers.extend([*headers, repairs_header(record.tally)])
     return response
 
 

@@ -106,28 +106,28 @@ def log_exchange(
     `extra` for the JSON format. Written under the caller's logger, so its name says where."""
     if not logger.isEnabledFor(logging.INFO):
         return
-    exchange = record.exchange
+    tally = record.tally
     fields = {
-        "request_id": exchange.request_id,
+        "request_id": tally.request_id,
         "method": record.method,
         "path": record.path,
         "route": record.route,
-        "model": exchange.request.get("model"),
-        "profile": exchange.rules.profile.name,
+        "model": record.model,
+        "profile": record.profile,
         "status": status,
         "duration_s": round(duration, 4),
-        "repairs": dict(exchange.repairs),
+        "repairs": dict(tally.repairs),
     }
     logger.info(
         "[%s] %s %s route=%s model=%s status=%d duration=%.3fs repairs=%s",
-        exchange.request_id,
+        tally.request_id,
         record.method,
         record.path,
         record.route,
         fields["model"],
         status,
         duration,
-        exchange.summary(),  # `none` when nothing changed: the header's spelling too
+        tally.summary(),  # `none` when nothing changed: the header's spelling too
         extra={EXCHANGE: fields},
     )
 

@@ -1,6 +1,7 @@
 """What the server keeps about one exchange while it runs: how it came in, when, its span, and
-what a recorder wants a copy of. The repairs never see it; they count on their own `Exchange`,
-which the record points to for the counts its log line and metrics give."""
+what a recorder wants a copy of. The repairs never see it; they count on the exchange's `Tally`,
+which the record holds for the counts its log line and metrics give, beside the request phase's
+`Forwarded` once there is one."""
 
 from __future__ import annotations
 
@@ -8,21 +9,30 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.repair.exchange import Exchange
+from proxy.repair.forwarded import Forwarded
+from proxy.repair.rules import RouteRules
+from proxy.repair.tally import Tally
 from proxy.upstream.context import ClientCopy
+
+_UNROUTED_PROFILE = RouteRules().profile.name
+"""What a log line names as the profile of an exchange no repair ran on."""
 
 
 @dataclass(slots=True)
 class ExchangeRecord:
-    exchange: Exchange
-    """The repairs' view of the exchange: its request id, request, profile and counts."""
+    tally: Tally
+    """What the repairs counted: its request id and counts."""
     route: str = "default"
     method: str = "POST"
     path: str = "/v1/chat/completions"
     """The client's method and (normalised) path, so a log line tells a chat from `/v1/models`."""
+    model: object = None
+    """The model the request names upstream (after a route's rename), when it named one."""
     started: float = field(default_factory=time.monotonic)
     debug: bool = False
     """The client asked (`x-streamfix-debug: 1`) for the stream's repairs in an SSE comment."""
+    forwarded: Forwarded | None = None
+    """What the request phase decided (a chat exchange, once its request repairs ran)."""
     trace: Any = None
     """The exchange's OpenTelemetry span while it runs, when tracing is on (server/tracing.py)."""
     client_copy: ClientCopy | None = None
@@ -31,7 +41,12 @@ class ExchangeRecord:
 
     @property
     def request_id(self) -> str:
-        return self.exchange.request_id
+        return self.tally.request_id
+
+    @property
+    def profile(self) -> str:
+        """The profile the repairs followed (the default one's name when none ran)."""
+        return self.forwarded.rules.profile.name if self.forwarded else _UNROUTED_PROFILE
 
     def note(self, kind: str, message: str, *args: Any) -> None:
-        self.exchange.note(kind, message, *args)
+        self.tally.note(kind, message, *args)

@@ -136,7 +136,7 @@ class Tracing:
         span.set_attribute("http.response.status_code", status)
         span.set_attribute("streamfix.duration_s", time.monotonic() - record.started)
         total = 0
-        for kind, count in sorted(record.exchange.repairs.items()):
+        for kind, count in sorted(record.tally.repairs.items()):
             # Attributes are what trace backends filter on; the events mark each kind.
             span.set_attribute(f"streamfix.repairs.{kind}", count)
             span.add_event(kind, {"count": count})
@@ -190,13 +190,12 @@ def _exporter(environ: Mapping[str, str]) -> Any:
 
 
 def _request_attributes(record: ExchangeRecord, method: str | None) -> dict[str, Any]:
-    exchange = record.exchange
     attributes: dict[str, Any] = {
         "streamfix.route": record.route,
-        "streamfix.request_id": exchange.request_id,
-        "streamfix.profile": exchange.rules.profile.name,
+        "streamfix.request_id": record.request_id,
+        "streamfix.profile": record.profile,
     }
-    model = exchange.request.get("model")
+    model = record.model
     if isinstance(model, str):
         attributes["gen_ai.request.model"] = model
     if method:

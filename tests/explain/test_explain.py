@@ -14,13 +14,15 @@ from typing import Any
 
 import orjson
 
-from proxy.explain.attribution import AttributingChain, Label
+from proxy.explain.attribution import AttributingChain, AttributingPhases, Attribution, Label
 from proxy.explain.diff import MISSING
-from proxy.repair.exchange import Exchange
-from proxy.repair.pipeline import Repair, RepairChain, repaired_stream
+from proxy.repair.forwarded import Forwarded
+from proxy.repair.phases import Phases
+from proxy.repair.pipeline import Link, RepairChain, repaired_stream
 from proxy.repair.receipts.store import open_store
-from proxy.repair.repairs import default_repairs
-from proxy.server.app import default_chain
+from proxy.repair.rules import RouteRules
+from proxy.repair.tally import Tally
+from proxy.repair.tenancy import ReceiptScope
 from proxy.settings.chain import chain_options
 from proxy.settings.schema import Settings
 from proxy.wire.sse import SSEDecoder
@@ -218,12 +220,10 @@ CALL_KINDS = {
 
 
 async def _attributed(chunks: list[dict[str, Any]]) -> tuple[AttributingChain, bytes]:
-    settings = Settings.load(None, {})
-    exchange = Exchange("t", request={"messages": [], "tools": TOOLS})
-    store = open_store(settings.receipts)
-    chain = AttributingChain(
-        default_repairs(chain_options(settings), exchange, store), exchange, strict=True
-    )
+    settings = Settings.load(None, {}).with_values({"repairs.strict": True})
+    exchange = Tally("t")
+    phases = AttributingPhases(chain_options(settings), open_store(settings.receipts))
+    chain = phases.stream(Forwarded({"messages": [], "tools": TOOLS}), exchange)
 
     async def upstream():  # type: ignore[no-untyped-def]
         for chunk in chunks:
@@ -261,7 +261,7 @@ def test_attribution_is_exact_for_real_repairs() -> None:
     assert (
         b"".join(raw for step in chain.steps for raw in step.client) + b"data: [DONE]\n\n" == sent
     )
-    assert dict(chain.exchange.repairs) == {
+    assert dict(chain.tally.repairs) == {
         **CALL_KINDS,
         "role_added": 1,
         "finish_reason_repeated_dropped": 1,
@@ -280,7 +280,7 @@ def test_closing_events_are_attributed_to_the_repair_that_added_them() -> None:
     assert b'"finish_reason":"stop"' in closing.client[0] and closing.client[0] in sent
 
 
-class _Broken(Repair):
+class _Broken(Link):
     """A repair with a bug: the chain passes its input on unrepaired and says whose it was."""
 
     def on_chunk(self, chunk: dict[str, Any]) -> list[dict[str, Any]] | None:
@@ -289,8 +289,7 @@ class _Broken(Repair):
 
 
 def test_a_failing_repair_is_named_and_its_input_passes_on() -> None:
-    exchange = Exchange("t")
-    chain = AttributingChain([_Broken()], exchange)
+    chain = AttributingChain([_Broken()], Attribution(Tally("t")))
     chunk = {"choices": [{"index": 0, "delta": {"content": "hi"}}]}
     raw = b"data: " + orjson.dumps(chunk) + b"\n\n"
     assert chain.on_chunk(chunk, raw) == [(chunk, raw)]  # as the plain chain does
@@ -302,18 +301,18 @@ def test_a_failing_repair_is_named_and_its_input_passes_on() -> None:
 def test_request_changes_are_attributed_to_the_repair_that_made_them() -> None:
     settings = Settings.load(None, {})
     body = {"messages": [{"role": "user", "content": "go"}, {"role": "tool", "content": "x"}]}
-    exchange = Exchange("t", request=body)
-    chain = AttributingChain(
-        default_repairs(chain_options(settings), exchange, open_store(settings.receipts)), exchange
-    )
-    assert asyncio.run(chain.on_request(body)) is True
-    assert chain.request is not None
-    assert chain.request.after == {"messages": [{"role": "user", "content": "go"}]}
-    [history, receipts] = chain.request.labels
+    phases = AttributingPhases(chain_options(settings), open_store(settings.receipts))
+    no_tenant = ReceiptScope(None, "none")
+    _, changed = asyncio.run(phases.request(body, RouteRules(), no_tenant, Tally("t")))
+    assert changed is True
+    [seen] = phases.attributions
+    assert seen.request is not None
+    assert seen.request.after == {"messages": [{"role": "user", "content": "go"}]}
+    [history, receipts] = seen.request.labels
     assert history.repair == "HistoryRepair" and history.action == "changed"
     assert history.kinds == {"history_orphan_result_dropped": 1}
     assert [path for path, _, _ in history.changes] == ["messages"]
-    assert receipts == Label("ReceiptRepair", {"receipts_skipped_no_credential": 1})
+    assert receipts == Label("ReceiptLookup", {"receipts_skipped_no_credential": 1})
 
 
 def test_several_paths_in_one_run() -> None:
@@ -327,5 +326,6 @@ def test_the_proxy_itself_runs_the_plain_chain() -> None:
     """The attributing chain is explain's alone: the served chain is `RepairChain` itself,
     whose hot loop has no snapshots."""
     settings = Settings.load(None, {})
-    chain = default_chain(chain_options(settings), Exchange("t"), open_store(settings.receipts))
+    phases = Phases(chain_options(settings), open_store(settings.receipts))
+    chain = phases.stream(Forwarded({}), Tally("t"))
     assert type(chain) is RepairChain

@@ -54,11 +54,11 @@ def test_thinking_only_blocks_leave_content_null_and_extend_reasoning_content() 
 
 def test_flattened_content_blocks_are_counted() -> None:
     # Every change the proxy makes has a kind and a count.
-    from proxy.repair.exchange import Exchange
-    from proxy.repair.repairs.tool_calls import ToolCallRepair
+    from proxy.repair.repairs.content_parts import ContentPartsRepair
+    from proxy.repair.tally import Tally
 
-    exchange = Exchange("r")
-    repair = ToolCallRepair(exchange)
+    exchange = Tally("r")
+    repair = ContentPartsRepair(exchange)
     blocks = [{"type": "thinking", "thinking": "Hm."}, {"type": "text", "text": "Yes."}]
     assert repair.on_chunk(chunk({"content": blocks})) is not None
     assert repair.on_chunk(chunk({"content": [{"type": "image_url"}]})) is None

@@ -10,14 +10,11 @@ import httpx
 import orjson
 import pytest
 
-from proxy.repair.exchange import Exchange
 from proxy.repair.one_event import OneEvent
-from proxy.repair.pipeline import RepairChain
-from proxy.repair.receipts.store import MemoryStore
-from proxy.repair.repairs import default_repairs
+from proxy.repair.tally import Tally
 from proxy.server.app import create_app
-from proxy.settings.chain import chain_options
 from proxy.settings.schema import Settings
+from tests.support.phases import forwarded, phases
 
 TOOLS = [
     {"type": "function", "function": {"name": "get_weather", "parameters": {}}},
@@ -53,11 +50,10 @@ def completion(*messages: dict[str, Any], finish: str | None = "stop") -> dict[s
     }
 
 
-def repaired(body: dict[str, Any], emit: str = "atomic") -> tuple[bool, Exchange]:
-    settings = Settings().with_values({"repairs.strict": True, "tool_calls.emit": emit})
-    exchange = Exchange("t", request=copy.deepcopy(REQUEST))
-    store = MemoryStore(max_entries=10, ttl_seconds=60)
-    chain = RepairChain(default_repairs(chain_options(settings), exchange, store), strict=True)
+def repaired(body: dict[str, Any], emit: str = "atomic") -> tuple[bool, Tally]:
+    settings = Settings().with_values({"tool_calls.emit": emit})
+    exchange = Tally("t")
+    chain = phases(settings).stream(forwarded(copy.deepcopy(REQUEST)), exchange)
     return asyncio.run(chain.on_response(body)), exchange
 
 

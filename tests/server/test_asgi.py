@@ -9,7 +9,7 @@ import socket
 import httpx
 import pytest
 
-from proxy.repair.exchange import Exchange
+from proxy.repair.tally import Tally
 from proxy.server.app import create_app
 from proxy.server.delivery import relay
 from proxy.server.record import ExchangeRecord
@@ -112,7 +112,7 @@ async def test_a_stream_ended_before_its_first_byte_still_closes_the_upstream_an
     upstream = httpx.Response(
         200, headers={"content-type": "text/event-stream"}, stream=UpstreamBody()
     )
-    response = relay(upstream, ExchangeRecord(Exchange("test")), [], lambda: booked.append(True))
+    response = relay(upstream, ExchangeRecord(Tally("test")), [], lambda: booked.append(True))
 
     async def send(message) -> None:
         if message["type"] == "http.response.start":

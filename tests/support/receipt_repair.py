@@ -1,5 +1,7 @@
-"""ReceiptRepair driven directly: a harness with one memory store shared by successive exchanges
-(as in the running proxy), and builders for the chunks, calls and histories it sees."""
+"""The receipt repairs driven directly: a harness with one memory store shared by successive
+exchanges (as in the running proxy), and builders for the chunks, calls and histories they see.
+The request side runs the receipt request repairs in their order (repairs/receipts.py); the
+stream side is the capture link (repairs/receipt_capture.py)."""
 
 from __future__ import annotations
 
@@ -7,12 +9,47 @@ import asyncio
 import copy
 from typing import Any
 
-from proxy.repair.exchange import Exchange
+from proxy.repair.forwarded import Forwarded
 from proxy.repair.pipeline import RepairChain
-from proxy.repair.receipts.store import MemoryStore
-from proxy.repair.repairs.receipts import ReceiptRepair
+from proxy.repair.receipts.store import MemoryStore, ReceiptStore
+from proxy.repair.repairs.receipt_capture import ReceiptCapture
+from proxy.repair.repairs.receipts import (
+    CurrentTurnPlaceholders,
+    ForeignMetadataStripped,
+    MissingReceiptsCounted,
+    ReceiptLookup,
+    ReceiptsRestored,
+)
+from proxy.repair.request_phase import RequestRepair, request_phase
 from proxy.repair.rules import RouteRules
+from proxy.repair.tally import Tally
 from proxy.repair.tenancy import ReceiptScope
+
+
+def receipt_request_repairs(store: ReceiptStore, placeholder: bool = True) -> list[RequestRepair]:
+    """The receipt request repairs, in the order the default list runs them."""
+    placeholders: list[RequestRepair] = [CurrentTurnPlaceholders()] if placeholder else []
+    return [
+        ReceiptLookup(store),
+        ForeignMetadataStripped(),
+        ReceiptsRestored(),
+        *placeholders,
+        MissingReceiptsCounted(),
+    ]
+
+
+def receipt_request(
+    store: ReceiptStore,
+    rules: RouteRules,
+    scope: ReceiptScope,
+    body: dict[str, Any],
+    placeholder: bool = True,
+) -> Tally:
+    """The receipt request repairs on `body` (edited in place); what they counted."""
+    tally = Tally("r")
+    repairs = receipt_request_repairs(store, placeholder)
+    asyncio.run(request_phase(body, rules, scope, tally, repairs, strict=True))
+    return tally
 
 
 class Harness:
@@ -25,35 +62,35 @@ class Harness:
 
     def repair(
         self, messages: list | None = None, tenant: str = "t1", upstream: str = "u"
-    ) -> tuple[ReceiptRepair, Exchange]:
-        exchange = Exchange(
-            "r",
-            request={"messages": messages or [{"role": "user", "content": "go"}]},
-            rules=RouteRules(self.profile),
-            scope=ReceiptScope(tenant, upstream),
+    ) -> tuple[ReceiptCapture, Tally]:
+        sent = Forwarded(
+            {"messages": messages or [{"role": "user", "content": "go"}]},
+            RouteRules(self.profile),
+            ReceiptScope(tenant, upstream),
         )
-        repair = ReceiptRepair(exchange, self.store, max_value_bytes=self.max_value_bytes)
-        return repair, exchange
+        tally = Tally("r")
+        return ReceiptCapture(sent, tally, self.store, max_value_bytes=self.max_value_bytes), tally
 
-    def stream(self, chunks: list[dict], **scope: Any) -> Exchange:
-        repair, exchange = self.repair(**scope)
+    def stream(self, chunks: list[dict], **scope: Any) -> Tally:
+        repair, tally = self.repair(**scope)
         for chunk in chunks:
             assert repair.on_chunk(copy.deepcopy(chunk)) is None  # capture never edits
         asyncio.run(repair.on_end())
-        return exchange
+        return tally
 
-    def respond(self, body: dict, **scope: Any) -> Exchange:
-        repair, exchange = self.repair(messages=scope.pop("messages", None), **scope)
+    def respond(self, body: dict, **scope: Any) -> Tally:
+        repair, tally = self.repair(messages=scope.pop("messages", None), **scope)
         sent = copy.deepcopy(body)
         assert asyncio.run(RepairChain([repair], strict=True).on_response(body)) is False
         assert body == sent  # capture never edits
-        return exchange
+        return tally
 
-    def request(self, messages: list[dict], **scope: Any) -> tuple[list, Exchange]:
-        repair, exchange = self.repair(**scope)
+    def request(
+        self, messages: list[dict], tenant: str = "t1", upstream: str = "u"
+    ) -> tuple[list, Tally]:
         body = {"messages": copy.deepcopy(messages)}
-        asyncio.run(repair.on_request(body))
-        return body["messages"], exchange
+        rules, scope = RouteRules(self.profile), ReceiptScope(tenant, upstream)
+        return body["messages"], receipt_request(self.store, rules, scope, body)
 
 
 def delta_chunk(delta: dict, finish: str | None = None, index: int = 0) -> dict:

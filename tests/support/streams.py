@@ -10,13 +10,11 @@ import httpx
 import orjson
 
 from proxy.repair.conformance import stream_chunks
-from proxy.repair.exchange import Exchange
-from proxy.repair.pipeline import RepairChain, repaired_stream
-from proxy.repair.receipts.store import MemoryStore
-from proxy.repair.repairs import default_repairs
-from proxy.settings.chain import chain_options
+from proxy.repair.pipeline import repaired_stream
+from proxy.repair.tally import Tally
 from proxy.settings.schema import Settings
 from proxy.wire.sse import SSEDecoder
+from tests.support.phases import forwarded, phases
 
 
 def repair_stream(
@@ -26,11 +24,11 @@ def repair_stream(
     emit: str = "atomic",
     pieces: Iterable[bytes] | None = None,
 ) -> bytes:
-    """Repair an upstream SSE body (optionally delivered as `pieces`) with a strict chain."""
-    settings = Settings().with_values({"tool_calls.emit": emit, "repairs.strict": True})
-    exchange = Exchange(request_id="test", request=dict(request or {"messages": []}))
-    store = MemoryStore(max_entries=100, ttl_seconds=60)
-    chain = RepairChain(default_repairs(chain_options(settings), exchange, store), strict=True)
+    """Repair an upstream SSE body (optionally delivered as `pieces`) with a strict chain built
+    for `request` (as forwarded: no request repair runs on it)."""
+    settings = Settings().with_values({"tool_calls.emit": emit})
+    sent = forwarded(dict(request or {"messages": []}))
+    chain = phases(settings).stream(sent, Tally("test"))
 
     async def upstream() -> AsyncIterator[bytes]:
         for piece in pieces if pieces is not None else [raw]:

@@ -217,13 +217,14 @@ def strip_foreign(
     if not profile.foreign_metadata:
         return 0
     issued = _issued_here(messages, profile, found or {})
+    heads = {path[0] for path in profile.foreign_metadata}
     removed = 0
     for message in messages:
         if not isinstance(message, dict):
             continue
         for target in (message, *calls_of(message)):
-            if id(target) in issued:
-                continue
+            if heads.isdisjoint(target) or id(target) in issued:
+                continue  # most messages and calls carry none of the fields at all
             removed += sum(remove_path(target, path) for path in profile.foreign_metadata)
     return removed
 

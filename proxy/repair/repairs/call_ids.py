@@ -8,8 +8,9 @@ from typing import Any
 
 from proxy.repair.calls.ids import generated_call_id, id_digest
 from proxy.repair.chunks import choice_index, choices_of
-from proxy.repair.exchange import Exchange
-from proxy.repair.pipeline import Chunk, Repair
+from proxy.repair.forwarded import Forwarded
+from proxy.repair.pipeline import Chunk, Link
+from proxy.repair.tally import Tally
 from proxy.wire.json_shapes import objects_in
 
 # Kimi's shape: `functions.NAME:N`, N counting the calls of one round.
@@ -18,7 +19,7 @@ _VALID_ID = re.compile(r"[A-Za-z0-9_.:-]{1,40}")
 _NINE_ALNUM = re.compile(r"[A-Za-z0-9]{9}")
 
 
-class ReusedCallIdRepair(Repair):
+class ReusedCallIdRepair(Link):
     """Kimi numbers calls per round, so round two reuses `functions.search_web:0`. Open WebUI
     then suppresses the new round's calls but stores their results, and every later request is
     rejected. An id that collides with one in the request's history, or earlier in the same
@@ -29,8 +30,9 @@ class ReusedCallIdRepair(Repair):
     recording: `kimi_reused_ids_round2`.
     """
 
-    def __init__(self, exchange: Exchange) -> None:
-        self._exchange = exchange
+    def __init__(self, forwarded: Forwarded, tally: Tally) -> None:
+        self._forwarded = forwarded
+        self._tally = tally
         self._taken: set[str] | None = None
         self._renamed: dict[tuple[int, int], str] = {}  # (choice, call index) -> new id
 
@@ -53,7 +55,7 @@ class ReusedCallIdRepair(Repair):
         elif original in taken:
             new = self._fresh(original, where, taken)
             self._renamed[where] = new
-            self._exchange.note("call_id_reused", "%r -> %r", original, new)
+            self._tally.note("call_id_reused", "%r -> %r", original, new)
         else:
             taken.add(original)
             return False
@@ -87,7 +89,7 @@ class ReusedCallIdRepair(Repair):
 
     def _history_ids(self) -> set[str]:
         if self._taken is None:
-            self._taken = set(_ids_in(self._exchange.request.get("messages")))
+            self._taken = set(_ids_in(self._forwarded.body.get("messages")))
         return self._taken
 
 

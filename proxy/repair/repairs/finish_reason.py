@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.repair.chunks import choice_index, choices_of, envelope, new_chunk
-from proxy.repair.exchange import Exchange
-from proxy.repair.pipeline import Chunk, Repair
+from proxy.repair.pipeline import Chunk, Link
+from proxy.repair.tally import Tally
 
 
-class FinishReasonRepair(Repair):
+class FinishReasonRepair(Link):
     """Gemini (and vLLM with a named `tool_choice`) ends a tool-call turn with "stop"; opencode
     then ends its agent loop after running the tools. Some upstreams repeat the finish or end
     without one, and the Vercel AI SDK 3.x then fails with `Response stream ended without a
@@ -22,8 +22,8 @@ class FinishReasonRepair(Repair):
     `minimax_duplicated_finish`, `snowflake_null_tool_calls_no_finish`.
     """
 
-    def __init__(self, exchange: Exchange) -> None:
-        self._exchange = exchange
+    def __init__(self, tally: Tally) -> None:
+        self._tally = tally
         self._with_calls: set[int] = set()
         self._seen: set[int] = set()
         self._finished: set[int] = set()
@@ -54,7 +54,7 @@ class FinishReasonRepair(Repair):
         return [chunk] if changed else None
 
     async def on_end(self) -> list[Chunk]:
-        self._exchange.count("finish_reason_added", len(self._seen - self._finished))
+        self._tally.count("finish_reason_added", len(self._seen - self._finished))
         return [
             new_chunk(
                 self._envelope,
@@ -69,7 +69,7 @@ class FinishReasonRepair(Repair):
 
     def _rewrite(self, choice: dict[str, Any], reason: str) -> bool:
         choice["finish_reason"] = reason
-        self._exchange.count("finish_reason_rewritten")
+        self._tally.count("finish_reason_rewritten")
         return True
 
     def _quiet_after_finish(self, choice: dict[str, Any]) -> bool:
@@ -81,12 +81,12 @@ class FinishReasonRepair(Repair):
         changed = False
         if choice.get("finish_reason") is not None:
             choice["finish_reason"] = None
-            self._exchange.count("finish_reason_repeated_dropped")
+            self._tally.count("finish_reason_repeated_dropped")
             changed = True
         delta = choice.get("delta")
         if isinstance(delta, dict) and delta and all(_says_nothing(k, v) for k, v in delta.items()):
             choice["delta"] = {}
-            self._exchange.count("after_finish_delta_emptied")
+            self._tally.count("after_finish_delta_emptied")
             changed = True
         return changed
 

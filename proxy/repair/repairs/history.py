@@ -6,14 +6,14 @@ from collections import Counter
 from typing import Any
 
 from proxy.repair.calls.ids import generated_call_id
-from proxy.repair.exchange import Exchange
-from proxy.repair.pipeline import Repair
+from proxy.repair.request_phase import RequestContext, RequestRepair
+from proxy.repair.tally import Tally
 from proxy.wire.json_shapes import objects_in
 
 NO_RESULT = "No result was recorded for this tool call."
 
 
-class HistoryRepair(Repair):
+class HistoryRepair(RequestRepair):
     """Clients corrupt stored histories: Open WebUI (v0.11) keeps the calls of a round whose
     ids were reused, drops them, but stores all their results; strict upstreams then reject
     every later request (`messages with role 'tool' must be a response to a preceeding
@@ -24,22 +24,27 @@ class HistoryRepair(Repair):
     with their results. A valid history is not touched (its bytes go upstream as sent).
     """
 
-    def __init__(self, exchange: Exchange) -> None:
-        self._exchange = exchange
-        self._changes = 0
-        self._ids_used: set[str] = set()  # by earlier blocks of this request
-
-    async def on_request(self, body: dict[str, Any]) -> bool:
+    async def apply(self, body: dict[str, Any], context: RequestContext) -> bool:
         messages = body.get("messages")
         if not isinstance(messages, list):
             return False
-        healed = self._heal(messages)
-        if not self._changes:
+        healing = _Healing(context.tally)
+        healed = healing.heal(messages)
+        if not healing.changes:
             return False
         body["messages"] = healed
         return True
 
-    def _heal(self, messages: list[Any]) -> list[Any]:
+
+class _Healing:
+    """One request's history being healed: the changes so far, and the ids already used."""
+
+    def __init__(self, tally: Tally) -> None:
+        self._tally = tally
+        self.changes = 0
+        self._ids_used: set[str] = set()  # by earlier blocks of this request
+
+    def heal(self, messages: list[Any]) -> list[Any]:
         out: list[Any] = []
         position = 0
         while position < len(messages):
@@ -59,7 +64,7 @@ class HistoryRepair(Repair):
         return out
 
     def _heal_block(self, assistant: dict[str, Any], results: list[dict[str, Any]]) -> list[Any]:
-        changes_before = self._changes
+        changes_before = self.changes
         ids = self._unique_call_ids(assistant)
         # The k-th result carrying an id answers the k-th call that had that id.
         wanted: dict[str, list[str]] = {}
@@ -86,11 +91,11 @@ class HistoryRepair(Repair):
             if final not in answered:
                 self._change("history_missing_result_added", "call %r had no result", final)
                 healed.append({"role": "tool", "tool_call_id": final, "content": NO_RESULT})
-        return healed if self._changes > changes_before else results
+        return healed if self.changes > changes_before else results
 
     def _change(self, kind: str, message: str, *args: Any) -> None:
-        self._changes += 1
-        self._exchange.note(kind, message, *args)
+        self.changes += 1
+        self._tally.note(kind, message, *args)
 
     def _unique_call_ids(self, assistant: dict[str, Any]) -> list[tuple[str, str]]:
         """(id as sent, id to use) per call. An id already used, earlier in this message or by

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.repair.exchange import Exchange
 from proxy.repair.messages.assistant_content import AssistantContentNormalised
 from proxy.repair.messages.developer_role import DeveloperToSystem
 from proxy.repair.messages.nine_alnum_ids import NineAlnumCallIds
 from proxy.repair.messages.system_merge import SystemMessagesMerged
 from proxy.repair.messages.tool_content import ToolContentFlattened
-from proxy.repair.pipeline import Repair
 from proxy.repair.profiles import MessageRules
+from proxy.repair.request_phase import RequestContext, RequestRepair
 
 
-class MessageShapeRepair(Repair):
+class MessageShapeRepair(RequestRepair):
     """An upstream that speaks OpenAI's chat API may still reject a request over one message's
     shape: a `developer` role (DeepSeek, Mistral), a second or late system message (Qwen 3.5's
     template on vLLM), a null or an empty content beside tool calls (Mistral, LM Studio), a tool
@@ -32,20 +31,22 @@ class MessageShapeRepair(Repair):
     Each change is counted by its rule's kind. A request no rule applies to is left as sent,
     so it goes upstream byte for byte."""
 
-    def __init__(self, exchange: Exchange) -> None:
-        self._exchange = exchange
-
-    async def on_request(self, body: dict[str, Any]) -> bool:
+    async def apply(self, body: dict[str, Any], context: RequestContext) -> bool:
+        if context.rules.messages == _AS_SENT:
+            return False  # most routes: nothing to reshape, and no walk of the messages
         messages = body.get("messages")
         if not isinstance(messages, list):
             return False
         changed = False
-        for rule in _rules(self._exchange.rules.messages):
+        for rule in _rules(context.rules.messages):
             amount = rule.apply(messages)
             if amount:
-                self._exchange.count(rule.KIND, amount)
+                context.tally.count(rule.KIND, amount)
                 changed = True
         return changed
+
+
+_AS_SENT = MessageRules()
 
 
 def _rules(rules: MessageRules) -> list[Any]:

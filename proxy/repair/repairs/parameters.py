@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.repair.exchange import Exchange
-from proxy.repair.pipeline import Repair
+from proxy.repair.request_phase import RequestContext, RequestRepair
 
 PROTECTED = frozenset({"model", "messages", "tools", "tool_choice", "stream"})
 """What the client's request is: never dropped or renamed, whatever a table or an error says."""
@@ -14,7 +13,7 @@ DROPPED_KIND = "parameter_dropped"
 RENAMED_KIND = "parameter_renamed"
 
 
-class ParameterRepair(Repair):
+class ParameterRepair(RequestRepair):
     """OpenAI-compatible upstreams reject a whole request over one OpenAI parameter they do not
     know: Gemini 400 `Unknown name "store"`, Mistral 422 `extra_forbidden` for
     `max_completion_tokens`, Groq 400 `property 'store' is unsupported`. OpenAI's SDKs and the
@@ -24,12 +23,9 @@ class ParameterRepair(Repair):
     end (upstream/refusals.py learns them from its 400/422). A request carrying none of them is
     untouched."""
 
-    def __init__(self, exchange: Exchange) -> None:
-        self._exchange = exchange
-
-    async def on_request(self, body: dict[str, Any]) -> bool:
+    async def apply(self, body: dict[str, Any], context: RequestContext) -> bool:
         changed = False
-        for rule in self._exchange.rules.profile.parameters:
+        for rule in context.rules.profile.parameters:
             name = rule.name
             if name in PROTECTED or name not in body or not rule.applies(body[name]):
                 continue
@@ -38,7 +34,7 @@ class ParameterRepair(Repair):
             target = rule.rename_to
             if target and target not in PROTECTED and target not in body:
                 body[target] = value
-                self._exchange.count(RENAMED_KIND)
+                context.tally.count(RENAMED_KIND)
             else:  # a drop, or the client also sent the target name: its own value wins
-                self._exchange.count(DROPPED_KIND)
+                context.tally.count(DROPPED_KIND)
         return changed

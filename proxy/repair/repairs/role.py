@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from proxy.repair.chunks import choice_index, choices_of, says_nothing
-from proxy.repair.exchange import Exchange
-from proxy.repair.pipeline import Chunk, Repair
+from proxy.repair.pipeline import Chunk, Link
+from proxy.repair.tally import Tally
 
 ROLE = "assistant"
 
 
-class SingleRoleRepair(Repair):
+class SingleRoleRepair(Link):
     """OpenAI sends `role: "assistant"` once, on a choice's first delta, and its SDK builds the
     message from what it accumulates: a role on every delta (Gemini, MiniMax, Z.AI) ends up as
     `"assistantassistant"`, a role that never comes (GLM through Mistral's API) or comes after
@@ -28,8 +28,8 @@ class SingleRoleRepair(Repair):
 
     stream_framing = True  # a non-streamed message carries its role as the upstream wrote it
 
-    def __init__(self, exchange: Exchange) -> None:
-        self._exchange = exchange
+    def __init__(self, tally: Tally) -> None:
+        self._tally = tally
         self._started: set[int] = set()
 
     def on_chunk(self, chunk: Chunk) -> list[Chunk] | None:
@@ -42,18 +42,18 @@ class SingleRoleRepair(Repair):
             if index in self._started:
                 if "role" in delta:
                     del delta["role"]
-                    self._exchange.count("role_repeated_dropped")
+                    self._tally.count("role_repeated_dropped")
                     changed = True
                 continue
             self._started.add(index)
             role = delta.get("role")
             if not isinstance(role, str) or not role:
                 delta["role"] = ROLE
-                self._exchange.count("role_added")
+                self._tally.count("role_added")
                 changed = True
         if not changed:
             return None
         if says_nothing(chunk):
-            self._exchange.count("empty_event_dropped")
+            self._tally.count("empty_event_dropped")
             return []
         return [chunk]

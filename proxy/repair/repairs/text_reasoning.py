@@ -10,9 +10,10 @@ from proxy.repair.chunks import (
     new_chunk,
     without_empty_choices,
 )
-from proxy.repair.exchange import Exchange
 from proxy.repair.markup.reasoning import ReasoningSplitter
-from proxy.repair.pipeline import Chunk, Repair
+from proxy.repair.markup.rules import MarkupRules
+from proxy.repair.pipeline import Chunk, Link
+from proxy.repair.tally import Tally
 
 # The fields an upstream that parses reasoning itself fills (DeepSeek and vLLM's
 # `reasoning_content`, OpenRouter's and newer vLLM's `reasoning`): seeing either, the proxy
@@ -20,7 +21,7 @@ from proxy.repair.pipeline import Chunk, Repair
 UPSTREAM_REASONING_FIELDS = ("reasoning_content", "reasoning")
 
 
-class TextReasoningRepair(Repair):
+class TextReasoningRepair(Link):
     """A model served without its reasoning parser writes its reasoning into `content`:
     `<think>…</think>` before the answer (DeepSeek-R1 distills, QwQ and Qwen3 on vLLM, SGLang,
     llama.cpp or Ollama started without one), only `…</think>` when the chat template opened
@@ -36,20 +37,16 @@ class TextReasoningRepair(Repair):
     or the stream ends. A choice whose upstream fills a reasoning field itself, before or with
     its content, is left alone. Counted: `reasoning_from_text` once per choice whose reasoning
     moved, `reasoning_close_unopened` once per choice with a `</think>` nothing opened (the
-    route should set `think_opened_by_template`).
+    route should set `think_opened_by_template`). Built only for a route with `text_reasoning`.
     """
 
-    def __init__(self, exchange: Exchange) -> None:
-        self._exchange = exchange
-        self._enabled = exchange.rules.markup.text_reasoning
-        self._opened_by_template = exchange.rules.markup.think_opened_by_template
-        self._fields = exchange.rules.markup.reasoning_fields()
+    def __init__(self, markup: MarkupRules, tally: Tally) -> None:
+        self._tally = tally
+        self._opened_by_template = markup.think_opened_by_template
+        self._fields = markup.reasoning_fields()
         self._splitters: dict[int, ReasoningSplitter] = {}
         self._moved: set[int] = set()
         self._envelope: dict[str, Any] = {}
-
-    def wants_chunks(self) -> bool:
-        return self._enabled
 
     def on_chunk(self, chunk: Chunk) -> list[Chunk] | None:
         choices = chunk.get("choices")
@@ -131,7 +128,7 @@ class TextReasoningRepair(Repair):
 
     def _unopened_close(self, index: int) -> None:
         """An anomaly left as it is, and logged: an operator should set the route's key."""
-        self._exchange.note(
+        self._tally.note(
             "reasoning_close_unopened",
             "choice %d: </think> with no <think> before it, left as content; if the chat "
             "template opens the block, set think_opened_by_template",
@@ -152,12 +149,12 @@ class TextReasoningRepair(Repair):
             target[field] = (earlier if isinstance(earlier, str) else "") + reasoning
         if index not in self._moved:
             self._moved.add(index)
-            self._exchange.count("reasoning_from_text")
+            self._tally.count("reasoning_from_text")
 
 
 def _put_content(delta: dict[str, Any], text: str, content: Any) -> None:
     """Released text goes before what the delta says: held text came first. Content as a list
-    of parts (flattened only later, by ToolCallRepair) gets it as a leading text part."""
+    of parts (flattened only later, by ContentPartsRepair) gets it as a leading text part."""
     if not text:
         return
     if type(content) is str:

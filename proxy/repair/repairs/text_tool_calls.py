@@ -8,13 +8,14 @@ from typing import Any
 from proxy.repair.calls.declared import DeclaredTools
 from proxy.repair.calls.ids import id_digest
 from proxy.repair.chunks import choice_index, choices_of, envelope, new_chunk, without_empty_choices
-from proxy.repair.exchange import Exchange
+from proxy.repair.forwarded import Forwarded
 from proxy.repair.markup.recogniser import CallRecogniser, RecognisedCall
 from proxy.repair.markup.spans import MarkupFamily
-from proxy.repair.pipeline import Chunk, Repair
+from proxy.repair.pipeline import Chunk, Link
+from proxy.repair.tally import Tally
 
 
-class TextToolCallRepair(Repair):
+class TextToolCallRepair(Link):
     """vLLM, llama.cpp, Ollama, LM Studio and MLX servers whose tool parser is missing, wrong
     for the model, or beaten by a small formatting slip send the model's own tool-call markup
     (`<tool_call>{…}</tool_call>`, Kimi's and DeepSeek's special tokens, Mistral's
@@ -23,28 +24,29 @@ class TextToolCallRepair(Repair):
     streams (proxy/repair/markup/) and hands the calls on as `tool_calls` entries with an id,
     so ToolCallRepair emits them like any other call and FinishReasonRepair says `tool_calls`.
 
-    Only for a request that declared tools (and not `tool_choice: "none"`), only names it
-    declared, only arguments that validate against the tool's schema; anything else stays
-    text, as received, counted. Text around the calls stays content, in order.
+    Built only for a route with `text_tool_calls` and a request that declared tools (and not
+    `tool_choice: "none"`); only names it declared (as they went upstream: the model names its
+    calls as it was told, and ToolNamesRestored gives the client's back), only arguments that
+    validate against the tool's schema; anything else stays text, as received, counted. Text
+    around the calls stays content, in order.
     """
 
     def __init__(
-        self, exchange: Exchange, families: Sequence[MarkupFamily], max_span_chars: int
+        self,
+        forwarded: Forwarded,
+        tally: Tally,
+        tools: DeclaredTools,
+        families: Sequence[MarkupFamily],
+        max_span_chars: int,
     ) -> None:
-        self._exchange = exchange
+        self._forwarded = forwarded
+        self._tally = tally
+        self._tools = tools
         self._families = families
         self._max_span = max_span_chars
-        tools = (
-            DeclaredTools.of(exchange.request) if exchange.rules.markup.text_tool_calls else None
-        )
-        self._tools = tools if families else None
-        self._forwarded = False
         self._choices: dict[int, CallRecogniser] = {}
         self._finished: set[int] = set()
         self._envelope: dict[str, Any] = {}
-
-    def wants_chunks(self) -> bool:
-        return self._tools is not None
 
     def on_chunk(self, chunk: Chunk) -> list[Chunk] | None:
         changed = False
@@ -55,15 +57,17 @@ class TextToolCallRepair(Repair):
             if not isinstance(delta, dict):
                 continue
             index = choice_index(choice)
-            recogniser = self._recogniser(index)
             content = delta.get("content")
             calls: list[RecognisedCall]
             text, calls = content, []
             if type(content) is str and content and index not in self._finished:
-                text, calls = recogniser.feed(content)
+                text, calls = self._recogniser(index).feed(content)
             finish = choice.get("finish_reason")
             if finish and index not in self._finished:
                 self._finished.add(index)
+                recogniser = self._choices.get(index)  # none: no text came, nothing is held
+                if recogniser is None:
+                    continue
                 rest, more = recogniser.finish(truncated=finish == "length")
                 if rest or more:
                     text, calls = (text or "") + rest, calls + more
@@ -94,19 +98,9 @@ class TextToolCallRepair(Repair):
         recogniser = self._choices.get(index)
         if recogniser is None:
             recogniser = self._choices[index] = CallRecogniser(
-                self._families, self._declared(), self._exchange.count, self._max_span
+                self._families, self._tools, self._tally.count, self._max_span
             )
         return recogniser
-
-    def _declared(self) -> DeclaredTools:
-        """The tools as they went upstream, read once the answer starts: the chain is built
-        before the request's links run, one of them (ToolNameRepair) may rename the tools, and
-        the model names its calls as it was told. Those names are mapped back later on."""
-        assert self._tools is not None
-        if not self._forwarded:
-            self._forwarded = True
-            self._tools = DeclaredTools.of(self._exchange.request) or self._tools
-        return self._tools
 
     def _place(
         self,
@@ -133,8 +127,7 @@ class TextToolCallRepair(Repair):
     ) -> list[dict[str, Any]]:
         """Calls as delta (or message) entries: whole, with an index, a type and an id (the
         model's own where it wrote one; else derived, so a replayed exchange gets the same)."""
-        messages = self._exchange.request.get("messages")
-        turn = len(messages) if isinstance(messages, list) else 0
+        turn = self._forwarded.turn
         entries = []
         for position, call in enumerate(calls, start=first):
             call_id = call.id or call.family.call_id(

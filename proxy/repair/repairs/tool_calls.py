@@ -4,18 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.repair.calls.arguments import ArgumentMender
 from proxy.repair.calls.assembly import AssemblyBudget, CallAssembler, ToolCall
-from proxy.repair.calls.declared import DeclaredTools
-from proxy.repair.calls.ids import generated_call_id
-from proxy.repair.calls.names import unambiguous_tool_name
 from proxy.repair.chunks import choice_index, choices_of, envelope, new_chunk, without_empty_choices
-from proxy.repair.content_parts import ContentPartsFlattener
-from proxy.repair.exchange import Exchange
-from proxy.repair.pipeline import Chunk, Repair
+from proxy.repair.forwarded import Forwarded
+from proxy.repair.pipeline import Chunk, Link
+from proxy.repair.repairs.call_fixes import CallFixes
+from proxy.repair.tally import Tally
 
 
-class ToolCallRepair(Repair):
+class ToolCallRepair(Link):
     """Gemini streams calls without `index` (sometimes fragmented, sometimes with a lone
     signature delta); Vertex changes `index` for one id; vLLM drops `id` and `name`. Clients
     then crash (`Expected 'id' to be a string`), drop the calls or merge parallel calls into
@@ -25,20 +22,25 @@ class ToolCallRepair(Repair):
       even clients that validate every delta for index/id/type/name accept it;
     - ``incremental``: an opening delta with index/id/type/name, then argument fragments.
 
-    A call whose name cannot be known is left out and counted, never sent nameless.
+    Before a call goes out whole, the fixes of call_fixes.py apply to it: arguments mended
+    across the choice's calls, arguments decoded once where they were encoded twice, a missing
+    name inferred (a call whose name cannot be known is left out and counted, never sent
+    nameless), a missing id minted.
     Transcripts: every `gemini_*`, `vertex_*` and `vllm_*` one in tests/transcripts.
     """
 
     def __init__(
-        self, exchange: Exchange, emit: str = "atomic", max_buffered_bytes: int | None = None
+        self,
+        forwarded: Forwarded,
+        tally: Tally,
+        emit: str = "atomic",
+        max_buffered_bytes: int | None = None,
     ) -> None:
-        self._exchange = exchange
+        self._forwarded = forwarded
+        self._tally = tally
         self._budget = AssemblyBudget(max_buffered_bytes)
         self._incremental = emit == "incremental"
-        self._arguments = ArgumentMender()
-        self._content = ContentPartsFlattener()
-        self._declared: DeclaredTools | None = None
-        self._declared_read = False  # most calls never need the declared tools: read lazily
+        self._call_fixes: CallFixes | None = None
         self._choices: dict[int, CallAssembler] = {}
         self._envelope: dict[str, Any] = {}
 
@@ -47,13 +49,9 @@ class ToolCallRepair(Repair):
         changed = False
         for choice in choices_of(chunk):
             delta = choice.get("delta")
-            if isinstance(delta, dict):
-                if "tool_calls" in delta:
-                    changed = True
-                    self._take_entries(choice, delta)
-                if type(delta.get("content")) is list and self._content.flatten(delta):
-                    changed = True  # Magistral's blocks; rare
-                    self._exchange.count("content_blocks_flattened")
+            if isinstance(delta, dict) and "tool_calls" in delta:
+                changed = True
+                self._take_entries(choice, delta)
             if choice.get("finish_reason") and self._pending(choice_index(choice)):
                 changed = True
                 self._envelope = envelope(chunk)
@@ -77,7 +75,7 @@ class ToolCallRepair(Repair):
         index = choice_index(choice)
         assembler = self._choices.get(index)
         if assembler is None:
-            assembler = self._choices[index] = CallAssembler(self._budget, self._exchange.count)
+            assembler = self._choices[index] = CallAssembler(self._budget, self._tally.count)
         touched = assembler.add(entries)
         # Calls that come with their choice's finish are whole (a non-streamed message's, or
         # a last delta): nothing is left to stream of them, so they go out as atomic mode
@@ -106,45 +104,17 @@ class ToolCallRepair(Repair):
         return chunks
 
     def _repair_arguments(self, calls: list[ToolCall]) -> None:
-        """Whole calls not sent yet (atomic emission) can still have their arguments mended."""
+        """Whole calls not sent yet (atomic emission) can still have their arguments fixed."""
         unsent = [call for call in calls if not call.opened and not call.is_bare()]
-        repaired = self._mended([call.arguments for call in unsent])
-        if repaired is None:
-            broken = sum(not call.arguments_complete() for call in unsent)
-            if broken:
-                self._exchange.note(
-                    "arguments_unparseable", "%d call(s) passed on as received", broken
-                )
-        else:
-            for call, text in zip(unsent, repaired, strict=True):
-                if text != call.arguments:
-                    call.fragments = [text]
+        fixes = self._fixes()
+        fixes.mending.apply(unsent)
         for call in unsent:
-            reshaped = self._reshaped(call.name, call.arguments)
-            if reshaped != call.arguments:
-                call.fragments = [reshaped]
+            fixes.decoding.apply(call)
 
-    def _reshaped(self, name: object, arguments: str) -> str:
-        """Arguments an upstream encoded once too often, decoded once where the declared tool's
-        schema wants the decoded shape (and only then: see DeclaredTools.reshaped)."""
-        if not self._declared_read:
-            self._declared_read = True
-            self._declared = DeclaredTools.of(self._exchange.request)
-        if not isinstance(name, str) or self._declared is None:
-            return arguments
-        reshaped = self._declared.reshaped(name, arguments)
-        if reshaped is None:
-            return arguments
-        self._exchange.count("arguments_decoded_twice")
-        return reshaped
-
-    def _mended(self, texts: list[str]) -> list[str] | None:
-        """The mender's arguments for `texts`, each change counted by what it mended."""
-        repaired = self._arguments.repair(texts)
-        for before, after in zip(texts, repaired or (), strict=False):
-            if after != before:
-                self._exchange.count("arguments_empty" if not before else "arguments_leak")
-        return repaired
+    def _fixes(self) -> CallFixes:
+        if self._call_fixes is None:
+            self._call_fixes = CallFixes(self._forwarded, self._tally)
+        return self._call_fixes
 
     def _incremental_entry(self, index: int, call: ToolCall) -> dict[str, Any] | None:
         if not call.opened:
@@ -156,27 +126,17 @@ class ToolCallRepair(Repair):
         """The call with its identity, and every argument fragment received so far."""
         if call.is_bare():
             call.opened = True
-            self._exchange.note(
+            self._tally.note(
                 "orphan_extra_content", "no call for extra_content in choice %d", choice
             )
             return None
-        name = call.name or unambiguous_tool_name(self._exchange.request, call.arguments)
+        name = self._fixes().naming.name(call, choice)
         if name is None:
             call.opened = True  # never retried: it is reported once and stays out
             call.sent_fragments = len(call.fragments)
-            self._exchange.note(
-                "tool_call_without_name",
-                "left out call %d of choice %d: no name and the request does not imply one",
-                call.index,
-                choice,
-            )
             return None
-        if call.name is None:
-            self._exchange.count("tool_call_name_inferred")
         call.name = name
-        if call.id is None:
-            call.id = self._seeded_id(choice, call.index, name, call.arguments)
-            self._exchange.count("tool_call_id_generated")
+        call.id = self._fixes().minting.mint(call, self._envelope.get("id"), choice, name)
         self._count_identity(call)
         entry: dict[str, Any] = {
             "index": call.index,
@@ -195,27 +155,15 @@ class ToolCallRepair(Repair):
         """What the client gets that the upstream did not say: an index (none, or another
         number), a type, and in atomic mode one whole call where several deltas came."""
         if not call.upstream_indexes:
-            self._exchange.count("tool_call_index_added")
+            self._tally.count("tool_call_index_added")
         elif call.index not in call.upstream_indexes:
-            self._exchange.count("tool_call_index_renumbered")
+            self._tally.count("tool_call_index_renumbered")
         if not call.typed:
-            self._exchange.count("tool_call_type_added")
+            self._tally.count("tool_call_type_added")
         if call.stringified:
-            self._exchange.count("arguments_object_stringified")
+            self._tally.count("arguments_object_stringified")
         if call.entries > 1 and not self._incremental:
-            self._exchange.count("tool_call_fragments_assembled")
-
-    def _seeded_id(self, choice: int, position: int, name: str, arguments: str) -> str:
-        """Deterministic: replaying the same exchange must give the same ids."""
-        messages = self._exchange.request.get("messages")
-        return generated_call_id(
-            self._envelope.get("id"),
-            len(messages) if isinstance(messages, list) else 0,
-            choice,
-            position,
-            name,
-            arguments,
-        )
+            self._tally.count("tool_call_fragments_assembled")
 
 
 def _unsent(call: ToolCall) -> bool:

@@ -5,11 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.repair.dialects.schemas import DIALECTS, rewrite_schema
-from proxy.repair.exchange import Exchange
-from proxy.repair.pipeline import Repair
+from proxy.repair.request_phase import RequestContext, RequestRepair
 
 
-class ToolSchemaRepair(Repair):
+class ToolSchemaRepair(RequestRepair):
     """Gemini rejects a whole request over one JSON Schema keyword its `Schema` lacks
     (`additionalProperties`, `$schema`, `const`, a type array, ...); Moonshot rejects a node
     without `type`. Coding agents and MCP servers send exactly those, so every turn of a session
@@ -19,11 +18,8 @@ class ToolSchemaRepair(Repair):
     change is counted by kind. A profile without a dialect, or schemas that need nothing, leave
     the request untouched."""
 
-    def __init__(self, exchange: Exchange) -> None:
-        self._exchange = exchange
-
-    async def on_request(self, body: dict[str, Any]) -> bool:
-        dialect = DIALECTS.get(self._exchange.rules.schema_dialect)
+    async def apply(self, body: dict[str, Any], context: RequestContext) -> bool:
+        dialect = DIALECTS.get(context.rules.schema_dialect)
         tools = body.get("tools")
         if dialect is None or not isinstance(tools, list):
             return False
@@ -34,7 +30,7 @@ class ToolSchemaRepair(Repair):
                 continue
             parameters, kinds = rewrite_schema(function["parameters"], dialect)
             for kind in kinds:
-                self._exchange.count(kind)
+                context.tally.count(kind)
             if parameters is not function["parameters"]:
                 function["parameters"] = parameters
                 changed = True

@@ -94,9 +94,10 @@ def test_valid_arguments_are_untouched() -> None:
 def test_non_streamed_leak_and_empty_arguments_are_mended() -> None:
     import asyncio
 
-    from proxy.repair.exchange import Exchange
     from proxy.repair.pipeline import RepairChain
     from proxy.repair.repairs.tool_calls import ToolCallRepair
+    from proxy.repair.tally import Tally
+    from tests.support.phases import forwarded
 
     def call(i: int, text: str) -> dict:
         return {"id": f"c{i}", "type": "function", "function": {"name": "f", "arguments": text}}
@@ -113,8 +114,9 @@ def test_non_streamed_leak_and_empty_arguments_are_mended() -> None:
             }
         ]
     }
-    exchange = Exchange("r")
-    assert asyncio.run(RepairChain([ToolCallRepair(exchange)], strict=True).on_response(body))
+    exchange = Tally("r")
+    link = ToolCallRepair(forwarded(), exchange)
+    assert asyncio.run(RepairChain([link], strict=True).on_response(body))
     texts = [c["function"]["arguments"] for c in body["choices"][0]["message"]["tool_calls"]]
     assert texts == ['{"a": "xy"}', '{"b": 2}', "{}"]
     assert exchange.repairs == {"arguments_leak": 2, "arguments_empty": 1}

@@ -9,13 +9,9 @@ import asyncio
 import orjson
 import pytest
 
-from proxy.repair.exchange import Exchange
-from proxy.repair.pipeline import RepairChain
-from proxy.repair.receipts.store import MemoryStore
-from proxy.repair.repairs import default_repairs
-from proxy.settings.chain import chain_options
-from proxy.settings.schema import Settings
+from proxy.repair.tally import Tally
 from tests.repair.markup.test_recogniser import cuts, recognise
+from tests.support.phases import forwarded, phases
 from tests.support.streams import assembled_calls, content, finish_reasons, repair_stream, sse
 
 
@@ -136,14 +132,7 @@ def test_each_family_non_streamed_becomes_message_calls(name: str) -> None:
     before, markup, after = framed(name)
     message = {"role": "assistant", "content": before + markup + after}
     body = {"id": "x", "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
-    settings = Settings().with_values({"repairs.strict": True})
-    exchange = Exchange("t", request=REQUEST)
-    store = MemoryStore(max_entries=10, ttl_seconds=60)
-    asyncio.run(
-        RepairChain(
-            default_repairs(chain_options(settings), exchange, store), strict=True
-        ).on_response(body)
-    )
+    asyncio.run(phases().stream(forwarded(REQUEST), Tally("t")).on_response(body))
     choice = body["choices"][0]
     got = [
         (c["function"]["name"], orjson.loads(c["function"]["arguments"]))

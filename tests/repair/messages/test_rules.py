@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import re
 from typing import Any
 
 import orjson
 
-from proxy.repair.exchange import Exchange
 from proxy.repair.messages.assistant_content import AssistantContentNormalised
 from proxy.repair.messages.developer_role import DeveloperToSystem
 from proxy.repair.messages.nine_alnum_ids import NineAlnumCallIds, _mapping, nine_alnum
@@ -18,8 +16,10 @@ from proxy.repair.messages.tool_content import ToolContentFlattened
 from proxy.repair.profiles import PROFILES, MessageRules, profile_for
 from proxy.repair.repairs.message_shapes import MessageShapeRepair
 from proxy.repair.rules import RouteRules
+from proxy.repair.tally import Tally
 from proxy.settings.schema import ConfigError, Settings
 from proxy.upstream.routes import Router
+from tests.support.phases import apply
 
 NINE = re.compile(r"[A-Za-z0-9]{9}")
 
@@ -154,9 +154,9 @@ def test_ids_that_are_nine_alphanumerics_are_left() -> None:
 # ── the chain link, the profiles and the routes ──────────────────────────────
 
 
-def run(rules: MessageRules, body: dict[str, Any]) -> tuple[bool, Exchange]:
-    exchange = Exchange(request_id="t", rules=RouteRules(messages=rules))
-    return asyncio.run(MessageShapeRepair(exchange).on_request(body)), exchange
+def run(rules: MessageRules, body: dict[str, Any]) -> tuple[bool, Tally]:
+    changed, context = apply(MessageShapeRepair(), body, RouteRules(messages=rules))
+    return changed, context.tally
 
 
 ALL_ON = MessageRules("system", "merged", "null", "string", "nine_alnum")

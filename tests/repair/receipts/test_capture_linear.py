@@ -16,12 +16,13 @@ import tracemalloc
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from proxy.repair.exchange import Exchange
+from proxy.repair.forwarded import Forwarded
 from proxy.repair.profiles import PROFILES, ReceiptRule
 from proxy.repair.receipts.capture import FieldBuilder
 from proxy.repair.receipts.store import MemoryStore
-from proxy.repair.repairs.receipts import ReceiptRepair
+from proxy.repair.repairs.receipt_capture import ReceiptCapture
 from proxy.repair.rules import RouteRules
+from proxy.repair.tally import Tally
 from proxy.repair.tenancy import ReceiptScope
 
 CONCAT = ReceiptRule("reasoning_content", ("reasoning_content",), "tool_turn", "concat")
@@ -132,13 +133,12 @@ def test_by_index_text_fields_allocate_linearly_in_the_pieces() -> None:
 def test_a_deepseek_stream_is_captured_in_linear_memory_and_exactly() -> None:
     # The whole capture path, chunk by chunk as the proxy runs it, then the receipt it stores.
     store = MemoryStore(10, 3600)
-    exchange = Exchange(
-        "r",
-        request={"messages": [{"role": "user", "content": "go"}]},
-        rules=RouteRules(PROFILES["deepseek"]),
-        scope=ReceiptScope("t", "u"),
+    sent = Forwarded(
+        {"messages": [{"role": "user", "content": "go"}]},
+        RouteRules(PROFILES["deepseek"]),
+        ReceiptScope("t", "u"),
     )
-    repair = ReceiptRepair(exchange, store, max_value_bytes=2_000_000)
+    repair = ReceiptCapture(sent, Tally("r"), store, max_value_bytes=2_000_000)
     pieces = [piece(n) for n in range(10_000)]
     chunks = [{"choices": [{"index": 0, "delta": {"reasoning_content": text}}]} for text in pieces]
     spent = transient_bytes(repair.on_chunk, chunks)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import re
 
-from proxy.repair.exchange import Exchange
 from proxy.repair.pipeline import RepairChain
 from proxy.repair.repairs.call_ids import ReusedCallIdRepair
+from proxy.repair.tally import Tally
 from tests.support.fake_upstream import load_transcript
+from tests.support.phases import forwarded
 from tests.support.streams import assembled_calls, repair_stream, sse
 
 VALID = re.compile(r"[A-Za-z0-9_.:-]{1,40}")
@@ -70,8 +71,10 @@ def test_other_id_shapes_become_call_hex_within_40_characters() -> None:
             }
         ]
     }
-    exchange = Exchange("r", request={"messages": history_with("toolu_" + "x" * 30)})
-    assert asyncio.run(RepairChain([ReusedCallIdRepair(exchange)], strict=True).on_response(body))
+    exchange = Tally("r")
+    sent = forwarded({"messages": history_with("toolu_" + "x" * 30)})
+    link = ReusedCallIdRepair(sent, exchange)
+    assert asyncio.run(RepairChain([link], strict=True).on_response(body))
     ids = [c["id"] for c in body["choices"][0]["message"]["tool_calls"]]
     assert re.fullmatch(r"call_[0-9a-f]{24}", ids[0])
     assert ids[1] == "fresh"
@@ -98,8 +101,8 @@ def test_a_duplicate_within_one_response_is_renamed() -> None:
             for i in range(2)
         ]
     }
-    exchange = Exchange("r", request={"messages": []})
-    asyncio.run(RepairChain([ReusedCallIdRepair(exchange)], strict=True).on_response(body))
+    link = ReusedCallIdRepair(forwarded({"messages": []}), Tally("r"))
+    asyncio.run(RepairChain([link], strict=True).on_response(body))
     ids = [c["message"]["tool_calls"][0]["id"] for c in body["choices"]]
     assert ids[0] == "same" and ids[1] != "same"
 

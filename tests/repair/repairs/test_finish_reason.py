@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 
 from proxy.repair.conformance import stream_chunks, violations
-from proxy.repair.exchange import Exchange
 from proxy.repair.pipeline import RepairChain
 from proxy.repair.repairs.finish_reason import FinishReasonRepair
+from proxy.repair.tally import Tally
 from tests.support.streams import content, finish_reasons, repair_stream, sse
 
 ENVELOPE = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
@@ -39,8 +39,8 @@ def tool_chunk(delta: dict, finish: str | None = None, index: int = 0) -> dict:
 # ── the repair on its own ────────────────────────────────────────────────────
 
 
-def counted() -> tuple[FinishReasonRepair, Exchange]:
-    exchange = Exchange(request_id="test")
+def counted() -> tuple[FinishReasonRepair, Tally]:
+    exchange = Tally(request_id="test")
     return FinishReasonRepair(exchange), exchange
 
 

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import copy
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.repair.exchange import Exchange
 from proxy.repair.repairs.history import NO_RESULT, HistoryRepair
+from proxy.repair.tally import Tally
+from tests.support.phases import apply
 
 
 def call(call_id: str) -> dict:
@@ -27,11 +27,10 @@ def assistant(*ids: str) -> dict:
 USER = {"role": "user", "content": "go"}
 
 
-def heal(messages: list[dict]) -> tuple[list[dict], bool, Exchange]:
-    exchange = Exchange("r")
+def heal(messages: list[dict]) -> tuple[list[dict], bool, Tally]:
     body = {"messages": copy.deepcopy(messages)}
-    changed = asyncio.run(HistoryRepair(exchange).on_request(body))
-    return body["messages"], changed, exchange
+    changed, context = apply(HistoryRepair(), body)
+    return body["messages"], changed, context.tally
 
 
 def test_result_for_a_call_of_another_block_is_dropped() -> None:
@@ -94,14 +93,12 @@ def test_the_open_webui_broken_round_is_healed() -> None:
 
 def test_repair_can_be_turned_off() -> None:
     from proxy.repair.receipts.store import MemoryStore
-    from proxy.repair.repairs import default_repairs
+    from proxy.repair.repairs import request_repairs
     from proxy.settings.chain import chain_options
     from proxy.settings.schema import Settings
 
-    repairs = default_repairs(
-        chain_options(Settings().with_values({"history.repair": False})),
-        Exchange("r"),
-        MemoryStore(1, 1),
+    repairs = request_repairs(
+        chain_options(Settings().with_values({"history.repair": False})), MemoryStore(1, 1)
     )
     assert not any(isinstance(r, HistoryRepair) for r in repairs)
 

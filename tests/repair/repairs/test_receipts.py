@@ -8,14 +8,16 @@ import copy
 import pytest
 
 from proxy.repair.conformance import stream_chunks
-from proxy.repair.exchange import Exchange
+from proxy.repair.forwarded import Forwarded
 from proxy.repair.pipeline import RepairChain
 from proxy.repair.profiles import PROFILES, SKIP_SIGNATURE_VALIDATOR, profile_for
 from proxy.repair.receipts.store import MemoryStore
-from proxy.repair.repairs.receipts import ReceiptRepair
+from proxy.repair.repairs.receipt_capture import ReceiptCapture
 from proxy.repair.rules import RouteRules
+from proxy.repair.tally import Tally
 from proxy.repair.tenancy import ReceiptScope, tenant_of
 from tests.support.fake_upstream import load_transcript
+from tests.support.receipt_repair import receipt_request
 
 GEMINI = PROFILES["gemini"]
 
@@ -42,30 +44,29 @@ class Harness:
 
     def repair(
         self, tenant: str | None = None, messages: list | None = None
-    ) -> tuple[ReceiptRepair, Exchange]:
-        exchange = Exchange(
-            "r",
-            request={"messages": messages or []},
-            rules=RouteRules(self.profile),
-            scope=ReceiptScope(tenant or self.tenant, "u"),
+    ) -> tuple[ReceiptCapture, Tally]:
+        sent = Forwarded(
+            {"messages": messages or []},
+            RouteRules(self.profile),
+            ReceiptScope(tenant or self.tenant, "u"),
         )
-        repair = ReceiptRepair(exchange, self.store, placeholder_on_miss=self.placeholder)
-        return repair, exchange
+        tally = Tally("r")
+        return ReceiptCapture(sent, tally, self.store), tally
 
     def stream(
         self, chunks: list[dict], tenant: str | None = None, messages: list | None = None
-    ) -> Exchange:
-        repair, exchange = self.repair(tenant, messages)
+    ) -> Tally:
+        repair, tally = self.repair(tenant, messages)
         for chunk in chunks:
             assert repair.on_chunk(copy.deepcopy(chunk)) is None  # capture never edits
         asyncio.run(repair.on_end())
-        return exchange
+        return tally
 
-    def request(self, messages: list[dict], tenant: str | None = None) -> tuple[list, Exchange]:
-        repair, exchange = self.repair(tenant)
+    def request(self, messages: list[dict], tenant: str | None = None) -> tuple[list, Tally]:
         body = {"messages": copy.deepcopy(messages)}
-        asyncio.run(repair.on_request(body))
-        return body["messages"], exchange
+        rules, scope = RouteRules(self.profile), ReceiptScope(tenant or self.tenant, "u")
+        tally = receipt_request(self.store, rules, scope, body, self.placeholder)
+        return body["messages"], tally
 
 
 def call_chunk(*calls: dict, finish: str | None = None) -> dict:

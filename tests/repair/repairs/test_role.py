@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from proxy.repair.exchange import Exchange
 from proxy.repair.repairs.role import SingleRoleRepair
+from proxy.repair.tally import Tally
 
 ENVELOPE = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "gemini"}
 
@@ -13,7 +13,7 @@ def chunk(delta: dict, **extra) -> dict:
 
 
 def test_the_first_role_stays_and_later_ones_go() -> None:
-    repair = SingleRoleRepair(Exchange(request_id="test"))
+    repair = SingleRoleRepair(Tally(request_id="test"))
     assert repair.on_chunk(chunk({"role": "assistant", "content": "a"})) is None
     out = repair.on_chunk(chunk({"role": "assistant", "content": "b"}))
     assert out == [chunk({"content": "b"})]
@@ -22,13 +22,13 @@ def test_the_first_role_stays_and_later_ones_go() -> None:
 def test_a_chunk_that_carried_only_the_repeated_role_is_dropped() -> None:
     # Gemini: role on every delta; once the tool-call repair holds the fragment back, the
     # role is all that is left, and the client would get `"delta": {}` once per fragment.
-    repair = SingleRoleRepair(Exchange(request_id="test"))
+    repair = SingleRoleRepair(Tally(request_id="test"))
     repair.on_chunk(chunk({"role": "assistant", "content": "a"}))
     assert repair.on_chunk(chunk({"role": "assistant"})) == []
 
 
 def test_a_role_only_chunk_with_anything_else_to_say_is_kept() -> None:
-    repair = SingleRoleRepair(Exchange(request_id="test"))
+    repair = SingleRoleRepair(Tally(request_id="test"))
     repair.on_chunk(chunk({"role": "assistant", "content": "a"}))
     usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
     with_usage = repair.on_chunk(chunk({"role": "assistant"}, usage=usage))
@@ -45,6 +45,6 @@ def test_a_role_only_chunk_with_anything_else_to_say_is_kept() -> None:
 
 
 def test_an_empty_delta_from_the_upstream_passes_untouched() -> None:
-    repair = SingleRoleRepair(Exchange(request_id="test"))
+    repair = SingleRoleRepair(Tally(request_id="test"))
     repair.on_chunk(chunk({"role": "assistant", "content": "a"}))
     assert repair.on_chunk(chunk({})) is None

@@ -18,8 +18,8 @@ import openai
 import pytest
 
 from proxy.repair.conformance import stream_chunks
-from proxy.repair.exchange import Exchange
 from proxy.repair.repairs.role import SingleRoleRepair
+from proxy.repair.tally import Tally
 from tests.support.fake_upstream import load_transcript, running_fake_upstream
 from tests.support.proxies import running_proxy
 from tests.support.streams import repair_stream
@@ -69,7 +69,7 @@ def roles_per_choice(body: bytes) -> dict[int, list[tuple[int, Any]]]:
 
 
 def test_a_first_delta_without_role_gets_it_and_is_counted() -> None:
-    exchange = Exchange(request_id="test")
+    exchange = Tally(request_id="test")
     repair = SingleRoleRepair(exchange)
     out = repair.on_chunk(chunk({"index": 0, "delta": {"content": "a"}}))
     assert out == [chunk({"index": 0, "delta": {"content": "a", "role": "assistant"}})]
@@ -78,7 +78,7 @@ def test_a_first_delta_without_role_gets_it_and_is_counted() -> None:
 
 
 def test_a_role_that_arrives_late_is_dropped_after_the_one_added_first() -> None:
-    repair = SingleRoleRepair(Exchange(request_id="test"))
+    repair = SingleRoleRepair(Tally(request_id="test"))
     repair.on_chunk(chunk({"index": 0, "delta": {"tool_calls": [{"index": 0}]}}))
     finishing = chunk({"index": 0, "delta": {"role": "assistant"}, "finish_reason": "stop"})
     assert repair.on_chunk(finishing) == [chunk({"index": 0, "delta": {}, "finish_reason": "stop"})]
@@ -86,20 +86,20 @@ def test_a_role_that_arrives_late_is_dropped_after_the_one_added_first() -> None
 
 def test_a_null_or_empty_role_on_the_first_delta_becomes_assistant() -> None:
     for role in (None, ""):
-        repair = SingleRoleRepair(Exchange(request_id="test"))
+        repair = SingleRoleRepair(Tally(request_id="test"))
         (out,) = repair.on_chunk(chunk({"index": 0, "delta": {"role": role, "content": "a"}}))
         assert out["choices"][0]["delta"] == {"role": "assistant", "content": "a"}
 
 
 def test_the_upstreams_own_first_role_is_left_untouched_and_not_counted() -> None:
-    exchange = Exchange(request_id="test")
+    exchange = Tally(request_id="test")
     repair = SingleRoleRepair(exchange)
     assert repair.on_chunk(chunk({"index": 0, "delta": {"role": "assistant"}})) is None
     assert not exchange.repairs
 
 
 def test_each_choice_gets_its_role_on_its_own_first_delta() -> None:
-    repair = SingleRoleRepair(Exchange(request_id="test"))
+    repair = SingleRoleRepair(Tally(request_id="test"))
     # Choice 1 without a delta has nothing the client reads yet: untouched, not started.
     first = chunk({"index": 0, "delta": {"role": "assistant", "content": "a"}}, {"index": 1})
     assert repair.on_chunk(first) is None

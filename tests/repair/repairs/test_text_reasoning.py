@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 
 from proxy.repair.conformance import stream_chunks, violations
-from proxy.repair.exchange import Exchange
 from proxy.repair.markup.rules import MarkupRules
 from proxy.repair.pipeline import RepairChain
 from proxy.repair.receipts.store import MemoryStore
-from proxy.repair.repairs import default_repairs
+from proxy.repair.repairs import request_repairs, stream_links
+from proxy.repair.repairs.content_parts import ContentPartsRepair
 from proxy.repair.repairs.history import HistoryRepair
 from proxy.repair.repairs.parameters import ParameterRepair
 from proxy.repair.repairs.text_reasoning import TextReasoningRepair
@@ -26,9 +26,12 @@ from proxy.repair.repairs.text_tool_calls import TextToolCallRepair
 from proxy.repair.repairs.tool_calls import ToolCallRepair
 from proxy.repair.repairs.tool_schemas import ToolSchemaRepair
 from proxy.repair.rules import RouteRules
+from proxy.repair.tally import Tally
 from proxy.settings.chain import chain_options
 from proxy.settings.schema import Settings
 from proxy.wire import json_codec
+from tests.repair.markup.test_recogniser import WEATHER
+from tests.support.phases import forwarded
 from tests.support.streams import content, repair_stream, sse
 
 ENVELOPE = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "qwq"}
@@ -48,9 +51,9 @@ def thought(text: str, field: str = "reasoning_content", **delta: Any) -> dict[s
     return {**delta, **dict.fromkeys(FIELDS[field], text)}
 
 
-def link(**rules: Any) -> tuple[TextReasoningRepair, Exchange]:
-    exchange = Exchange(request_id="test", rules=RouteRules(markup=MarkupRules(**rules)))
-    return TextReasoningRepair(exchange), exchange
+def link(**rules: Any) -> tuple[TextReasoningRepair, Tally]:
+    exchange = Tally(request_id="test")
+    return TextReasoningRepair(MarkupRules(**rules), exchange), exchange
 
 
 def completion(message: dict[str, Any]) -> dict[str, Any]:
@@ -184,10 +187,12 @@ def test_an_upstream_that_sends_reasoning_itself_is_left_alone() -> None:
 
 
 def test_the_disabled_rule_turns_the_link_off() -> None:
-    repair, _ = link(text_reasoning=False)
-    assert not repair.wants_chunks()
+    rules = RouteRules(markup=MarkupRules(text_reasoning=False))
+    options = chain_options(Settings())
+    links = stream_links(options, forwarded(rules=rules), Tally("t"), MemoryStore(1, 1))
+    assert not any(isinstance(link, TextReasoningRepair) for link in links)
     body = completion({"role": "assistant", "content": "<think>r</think>a"})
-    assert not asyncio.run(RepairChain([repair], strict=True).on_response(body))
+    assert not asyncio.run(RepairChain(links, strict=True).on_response(body))
     assert body == completion({"role": "assistant", "content": "<think>r</think>a"})
 
 
@@ -225,18 +230,16 @@ def test_a_completion_with_an_unopened_close_is_counted() -> None:
 
 
 def test_it_runs_first_after_the_request_side_repairs() -> None:
-    settings = Settings()
-    exchange = Exchange(request_id="test")
-    chain = default_repairs(
-        chain_options(settings), exchange, MemoryStore(max_entries=1, ttl_seconds=1)
-    )
-    kinds = [type(repair) for repair in chain]
-    assert kinds[:6] == [
-        HistoryRepair,
-        ToolSchemaRepair,
-        ParameterRepair,
+    options = chain_options(Settings())
+    store = MemoryStore(max_entries=1, ttl_seconds=1)
+    request = [type(repair) for repair in request_repairs(options, store)]
+    assert request[:3] == [HistoryRepair, ToolSchemaRepair, ParameterRepair]
+    sent = forwarded({"messages": [], "tools": [WEATHER]})
+    links = [type(link) for link in stream_links(options, sent, Tally("t"), store)]
+    assert links[:4] == [
         TextReasoningRepair,
         TextToolCallRepair,
+        ContentPartsRepair,
         ToolCallRepair,
     ]
 

@@ -9,15 +9,11 @@ import asyncio
 import orjson
 
 from proxy.repair.conformance import violations
-from proxy.repair.exchange import Exchange
 from proxy.repair.markup.rules import MarkupRules
-from proxy.repair.pipeline import RepairChain
-from proxy.repair.receipts.store import MemoryStore
-from proxy.repair.repairs import default_repairs
 from proxy.repair.rules import RouteRules
-from proxy.settings.chain import chain_options
-from proxy.settings.schema import Settings
+from proxy.repair.tally import Tally
 from tests.repair.markup.test_recogniser import CALL, REQUEST, WEATHER
+from tests.support.phases import forwarded, phases
 from tests.support.streams import (
     assembled_calls,
     content,
@@ -85,16 +81,10 @@ def test_a_stream_that_ends_without_a_finish_still_gets_its_call() -> None:
     assert finish_reasons(body) == {0: ["tool_calls"]}
 
 
-def run_response(body: dict, request: dict, rules: MarkupRules | None = None) -> Exchange:
-    settings = Settings().with_values({"repairs.strict": True})
-    exchange = Exchange("t", request=request, rules=RouteRules(markup=rules or MarkupRules()))
-    chain = RepairChain(
-        default_repairs(
-            chain_options(settings), exchange, MemoryStore(max_entries=10, ttl_seconds=60)
-        ),
-        strict=True,
-    )
-    asyncio.run(chain.on_response(body))
+def run_response(body: dict, request: dict, rules: MarkupRules | None = None) -> Tally:
+    exchange = Tally("t")
+    sent = forwarded(request, RouteRules(markup=rules or MarkupRules()))
+    asyncio.run(phases().stream(sent, exchange).on_response(body))
     return exchange
 
 

@@ -1,6 +1,6 @@
-"""ToolNameRepair in the whole chain, in-process: the request renamed for the upstream, every
-call in its answer (its own, one whose name was inferred, one recognised in text) given the
-client's name back, streamed and not."""
+"""ToolNamesRenamed and ToolNamesRestored, both phases in-process: the request renamed for the
+upstream, every call in its answer (its own, one whose name was inferred, one recognised in
+text) given the client's name back, streamed and not."""
 
 from __future__ import annotations
 
@@ -15,16 +15,14 @@ import orjson
 import pytest
 
 from proxy.repair.calls.tool_names import TOOL_NAME_RULES
-from proxy.repair.exchange import Exchange
 from proxy.repair.pipeline import RepairChain, repaired_stream
 from proxy.repair.profiles import PROFILES
-from proxy.repair.receipts.store import MemoryStore
-from proxy.repair.repairs import default_repairs
 from proxy.repair.rules import RouteRules
-from proxy.settings.chain import chain_options
+from proxy.repair.tally import Tally
 from proxy.settings.schema import ConfigError, Settings
 from proxy.upstream.routes import Router
 from proxy.wire.sse import SSEDecoder
+from tests.support.phases import exchange as both_phases
 from tests.support.streams import assembled_calls
 
 GEMINI = "https://generativelanguage.googleapis.com/v1beta/openai"
@@ -42,13 +40,9 @@ def request(*names: str) -> dict[str, Any]:
     }
 
 
-def chain_for(body: dict[str, Any], rule: str) -> tuple[RepairChain, Exchange, bool]:
-    settings = Settings().with_values({"repairs.strict": True})
-    exchange = Exchange(request_id="test", request=body, rules=RouteRules(tool_names=rule))
-    store = MemoryStore(max_entries=100, ttl_seconds=60)
-    chain = RepairChain(default_repairs(chain_options(settings), exchange, store), strict=True)
-    changed = asyncio.run(chain.on_request(body))
-    return chain, exchange, changed
+def chain_for(body: dict[str, Any], rule: str) -> tuple[RepairChain, Tally, bool]:
+    chain, _, tally, changed = both_phases(body, RouteRules(tool_names=rule))
+    return chain, tally, changed
 
 
 def streamed(chain: RepairChain, raw: bytes) -> bytes:

@@ -5,7 +5,6 @@ it once rewritten."""
 
 from __future__ import annotations
 
-import asyncio
 import copy
 from collections import Counter
 from typing import Any
@@ -13,14 +12,15 @@ from typing import Any
 import orjson
 
 from proxy.repair.dialects.schemas import DIALECTS, rewrite_schema
-from proxy.repair.exchange import Exchange
 from proxy.repair.profiles import PROFILES, ProviderProfile
 from proxy.repair.repairs.tool_schemas import ToolSchemaRepair
 from proxy.repair.rules import RouteRules
+from proxy.repair.tally import Tally
 from proxy.settings.schema import Settings
 from proxy.upstream.routes import Router
 from tests.repair.dialects.accepts import gemini_violations, moonshot_violations
 from tests.repair.dialects.samples import ALREADY_FINE, EDIT_TOOL, MCP_TOOL
+from tests.support.phases import apply
 
 
 def tool(name: str, parameters: Any) -> dict[str, Any]:
@@ -34,12 +34,10 @@ def request(*tools: dict[str, Any]) -> dict[str, Any]:
     return {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": list(tools)}
 
 
-def run(profile: ProviderProfile, body: dict[str, Any]) -> tuple[bool, Exchange]:
-    exchange = Exchange(
-        request_id="test", rules=RouteRules(profile, schema_dialect=profile.schema_dialect)
-    )
-    changed = asyncio.run(ToolSchemaRepair(exchange).on_request(body))
-    return changed, exchange
+def run(profile: ProviderProfile, body: dict[str, Any]) -> tuple[bool, Tally]:
+    rules = RouteRules(profile, schema_dialect=profile.schema_dialect)
+    changed, context = apply(ToolSchemaRepair(), body, rules)
+    return changed, context.tally
 
 
 def fake_gemini(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:

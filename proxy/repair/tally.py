@@ -1,7 +1,7 @@
-"""What one request/response exchange knows about itself, shared by its repairs.
+"""What one exchange's repairs counted, and the one spelling of it for logs, header and metrics.
 
-What only the server keeps (the client's method and path, timings, the span, the debug flag,
-the recorder's copy) is its record (proxy/server/record.py), not the repairs'."""
+The request repairs and the stream links count on it; nothing else rides on it (the body and the
+rules are the request phase's `Forwarded`, the server's fields its `ExchangeRecord`)."""
 
 from __future__ import annotations
 
@@ -10,22 +10,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.repair.rules import RouteRules
-from proxy.repair.tenancy import ReceiptScope
-
 logger = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
-class Exchange:
+class Tally:
     request_id: str
-    request: dict[str, Any] = field(default_factory=dict)
-    """The chat-completion request body as forwarded upstream."""
-    rules: RouteRules = field(default_factory=RouteRules)
-    """What the route's upstream needs and allows, resolved once per route and profile
-    (`UpstreamRoute.rules`), with what its upstream refused before (upstream/refusals.py)."""
-    scope: ReceiptScope = field(default_factory=lambda: ReceiptScope(None, "none"))
-    """No tenant unless the request showed a credential: no receipts kept or given."""
     repairs: Counter[str] = field(default_factory=Counter)
     """Repairs applied and anomalies seen, by kind; summed into metrics and the log line."""
 
