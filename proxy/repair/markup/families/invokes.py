@@ -102,7 +102,9 @@ def _unquote(attribute: str) -> str:
 class MiniMaxM2(_Invokes):
     """MiniMax-M2 (its chat template): `<minimax:tool_call>\\n<invoke name="NAME">\\n
     <parameter name="KEY">VALUE</parameter>\\n</invoke>\\n</minimax:tool_call>`, several invokes
-    in one block. Values are bare text; MiniMax's servers strip the whitespace around them."""
+    in one block. Values are bare text; MiniMax's servers strip the whitespace around them.
+    `</minimax:tool_call>` is required: vLLM's minimax_m2_tool_parser.py reads calls only from
+    `<minimax:tool_call>(.*?)</minimax:tool_call>`."""
 
     family = "minimax_m2"
     openers = ("<minimax:tool_call>",)
@@ -120,7 +122,9 @@ class DeepSeekDsml(_Invokes):
     holding `<|DSML|invoke name="NAME">` blocks of `<|DSML|parameter name="KEY" string="true">
     VALUE</|DSML|parameter>` (the bars fullwidth, as in every DeepSeek marker); later DeepSeek
     encodings name the block `tool_calls`. The model types each value itself: `string="true"` is
-    the text as written, `string="false"` a JSON value."""
+    the text as written, `string="false"` a JSON value. The block's closing tag is required:
+    vLLM's deepseekv32_tool_parser.py reads calls only from `<|DSML|function_calls>(.*?)
+    </|DSML|function_calls>`, and so does SGLang's deepseekv32_detector.py."""
 
     family = "deepseek_dsml"
     openers = (f"<{_DSML}function_calls>", f"<{_DSML}tool_calls>")

@@ -148,16 +148,21 @@ def json_value(text: str) -> Any:
 
 
 class Closed(MarkupFamily):
-    """A family whose span ends after a closing marker. When the stream ends without it (the
-    model stopped at its end-of-turn token instead), the span ends there if what came parses."""
+    """A family whose span ends after a closing marker. When the stream ends without it, the
+    span ends there if what came parses, but only for a family whose servers read calls without
+    it (`closer_optional`); for the others a model that stopped before its closing marker did
+    not finish the call, and the span goes out as the text it was, as under `length`."""
 
     closers: ClassVar[tuple[str, ...]] = ()
+    closer_optional: ClassVar[bool] = False
+    """The family's serving parsers read a call whose span the model left open (each family
+    says where); False: they find calls only between the opener and the closing marker."""
 
     def end(self, span: str, opener: str, final: bool) -> int | None:
         found = self._closer(span, len(opener))
         if found is not None:
             return found
-        if final and self._complete(span[len(opener) :]):
+        if final and self.closer_optional and self._complete(span[len(opener) :]):
             return len(span)
         return None
 

@@ -25,11 +25,13 @@ from proxy.repair.markup.spans import REFUSED, MarkupFamily, ParsedCall
 class Hermes(Closed):
     """Hermes-style JSON in `<tool_call>` tags: NousResearch Hermes 2 Pro / 3, Qwen 2.5 and Qwen3,
     whose chat templates write `<tool_call>\\n{"name": …, "arguments": {…}}\\n</tool_call>`, one
-    block per call."""
+    block per call. A last block the model left open is a call (vLLM's hermes_tool_parser.py,
+    `<tool_call>(.*?)</tool_call>|<tool_call>(.*)`: "happens sometimes")."""
 
     family = "hermes"
     openers = ("<tool_call>",)
     closers = ("</tool_call>",)
+    closer_optional = True
 
     def name(self, span: str, opener: str) -> Named:
         start = skip_ws(span, len(opener))
@@ -63,11 +65,15 @@ class Qwen3Coder(Closed):
     """Qwen3-Coder's XML-ish calls (its chat template): `<tool_call>\\n<function=NAME>\\n
     <parameter=KEY>\\nVALUE\\n</parameter>\\n</function>\\n</tool_call>`. Values are bare text.
     The model sometimes drops the opening `<tool_call>` (its servers read a bare `<function=`
-    too): such a span runs to `</function>`, and takes the closing `</tool_call>` if it follows."""
+    too): such a span runs to `</function>`, and takes the closing `</tool_call>` if it follows.
+    A `</tool_call>` the model never wrote is optional (vLLM's qwen3coder_tool_parser.py,
+    `<tool_call>(.*?)</tool_call>|<tool_call>(.*?)$`); `</function>` is not, here, though that
+    regex reads an open function too: its last parameter may be cut anywhere."""
 
     family = "qwen3_coder"
     openers = ("<tool_call>", "<function=")
     closers = ("</tool_call>",)
+    closer_optional = True
     _function = "<function="
     _parameter = "<parameter="
     _after_name = ("<parameter=", "</function>")
@@ -153,7 +159,9 @@ class Qwen3Coder(Closed):
 class Glm(Closed):
     """GLM-4.5 / 4.6 / 4.7 (their chat templates): `<tool_call>NAME\\n<arg_key>KEY</arg_key>\\n
     <arg_value>VALUE</arg_value>\\n</tool_call>`; 4.7 drops the newlines. Values are bare text
-    (non-strings as JSON), and GLM's servers strip the whitespace around keys and values."""
+    (non-strings as JSON). `</tool_call>` is required: vLLM's glm4_moe_tool_parser.py and
+    SGLang's glm4_moe_detector.py find calls with `<tool_call>.*?</tool_call>` only, so a span the
+    model left open at a normal finish stays text."""
 
     family = "glm"
     openers = ("<tool_call>",)
