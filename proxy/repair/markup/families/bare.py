@@ -40,7 +40,9 @@ class Mistral(MarkupFamily):
     v11 one call per marker, `[TOOL_CALLS]NAME[CALL_ID]ID[ARGS]{JSON}` where the version carries
     call ids and `[TOOL_CALLS]NAME[ARGS]{JSON}` where it does not (Mistral Small 3.x, Magistral,
     Devstral); and the bare `NAME{JSON}` when the server decoded `[ARGS]` away as a control token.
-    No closing marker: the span ends where the JSON closes."""
+    No closing marker: the span ends where the JSON closes. In the list, key order carries no
+    meaning (vLLM's mistral_tool_parser.py loads it whole): `{"arguments": {…}, "name": …}` is a
+    call too, once its name shows within the recogniser's `NAME_WITHIN` characters."""
 
     family = "mistral"
     openers = ("[TOOL_CALLS]",)
@@ -50,6 +52,7 @@ class Mistral(MarkupFamily):
         return digest[:9]
 
     _markers = ("[ARGS]", "[CALL_ID]")
+    _before_name = {"arguments": None, "id": None}
 
     def name(self, span: str, opener: str) -> Named:
         start = skip_ws(span, len(opener))
@@ -59,7 +62,7 @@ class Mistral(MarkupFamily):
             first = skip_ws(span, start + 1)
             if first == len(span):
                 return None
-            return object_name(span, first) if span[first] == "{" else REFUSED
+            return object_name(span, first, self._before_name) if span[first] == "{" else REFUSED
         found = bare_name(span, start, "[{")
         if not isinstance(found, tuple) or span[found[1]] == "{":
             return name_only(found)
@@ -132,7 +135,7 @@ class LlamaJson(MarkupFamily):
     family = "llama_json"
     openers = ("<|python_tag|>", "{")
     at_start_only = True
-    _lead = ('"type"', ":", '"function"', ",")
+    _before_name = {"type": '"function"', "parameters": None, "arguments": None}
 
     def name(self, span: str, opener: str) -> Named:
         start = self._start(span, opener)
@@ -140,7 +143,7 @@ class LlamaJson(MarkupFamily):
             return None
         if span[start] != "{":
             return REFUSED
-        return object_name(span, start, self._lead)
+        return object_name(span, start, self._before_name)
 
     def end(self, span: str, opener: str, final: bool) -> int | None:
         stop = balanced_end(span, self._start(span, opener))

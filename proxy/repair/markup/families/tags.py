@@ -39,7 +39,7 @@ class Hermes(Closed):
             return None
         if span[start] != "{":
             return REFUSED
-        return object_name(span, start)
+        return object_name(span, start, {"arguments": None})
 
     def _closer(self, span: str, start: int) -> int | None:
         found = find_outside_strings(span, start, self.closers[0])
