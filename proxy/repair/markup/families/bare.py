@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import ast
 import math
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from proxy.repair.markup.extent import balanced_end
 from proxy.repair.markup.families.reading import (
@@ -52,7 +53,7 @@ class Mistral(MarkupFamily):
         return digest[:9]
 
     _markers = ("[ARGS]", "[CALL_ID]")
-    _before_name = {"arguments": None, "id": None}
+    _before_name: ClassVar[Mapping[str, str | None]] = {"arguments": None, "id": None}
 
     def name(self, span: str, opener: str) -> Named:
         start = skip_ws(span, len(opener))
@@ -135,7 +136,11 @@ class LlamaJson(MarkupFamily):
     family = "llama_json"
     openers = ("<|python_tag|>", "{")
     at_start_only = True
-    _before_name = {"type": '"function"', "parameters": None, "arguments": None}
+    _before_name: ClassVar[Mapping[str, str | None]] = {
+        "type": '"function"',
+        "parameters": None,
+        "arguments": None,
+    }
 
     def name(self, span: str, opener: str) -> Named:
         start = self._start(span, opener)
