@@ -156,12 +156,32 @@ class Qwen3Coder(Closed):
         return values
 
 
+def _gap(text: str, at: int) -> int:
+    """The index after the whitespace and literal `\\n`s at `at`: GLM's separators. Some
+    quantised GLM models write the template's newline as a backslash and an `n`, and vLLM's and
+    SGLang's GLM parsers take it (`(?:\\\\n|\\n)` after the name, `(?:\\\\n|\\s)*` between a
+    key and its value); MORE when the text ends on the backslash."""
+    while True:
+        at = skip_ws(text, at)
+        if not text.startswith("\\", at):
+            return at
+        if at + 1 == len(text):
+            return MORE
+        if text[at + 1] != "n":
+            return at
+        at += 2
+
+
 class Glm(Closed):
     """GLM-4.5 / 4.6 / 4.7 (their chat templates): `<tool_call>NAME\\n<arg_key>KEY</arg_key>\\n
     <arg_value>VALUE</arg_value>\\n</tool_call>`; 4.7 drops the newlines. Values are bare text
-    (non-strings as JSON). `</tool_call>` is required: vLLM's glm4_moe_tool_parser.py and
-    SGLang's glm4_moe_detector.py find calls with `<tool_call>.*?</tool_call>` only, so a span the
-    model left open at a normal finish stays text."""
+    (non-strings as JSON), taken as written between the tags: the template adds nothing inside
+    `<arg_value>`, and indentation is data. vLLM's glm4_moe_tool_parser.py strips the value,
+    SGLang's glm4_moe_detector.py keeps it (`parse_arguments` on the raw text): the reading
+    that loses nothing is SGLang's (a typed value is read after trimming, `DeclaredTools.typed`).
+    `</tool_call>` is required: both find calls with `<tool_call>.*?</tool_call>` only, so a
+    span the model left open at a normal finish stays text. A literal `\\n` for the template's
+    newlines is read as they read it (`_gap`)."""
 
     family = "glm"
     openers = ("<tool_call>",)
@@ -169,15 +189,16 @@ class Glm(Closed):
     _after_name = ("<arg_key>", "</tool_call>")
 
     def name(self, span: str, opener: str) -> Named:
-        found = bare_name(span, skip_ws(span, len(opener)), "\n<")
+        found = bare_name(span, skip_ws(span, len(opener)), "\n<\\")
         if not isinstance(found, tuple):
             return found
         # The name alone proves little ("<tool_call>Sure\n…" is prose): it counts once the
         # first argument or the closing tag follows it.
-        following = expect_any(span, skip_ws(span, found[1]), self._after_name)
-        if following is None:
+        gap = _gap(span, found[1])
+        following = None if gap == MORE else expect_any(span, gap, self._after_name)
+        if gap != MORE and following is None:
             return REFUSED
-        return None if following == MORE else found[0]
+        return None if following is None or following == MORE else found[0]
 
     def _parse(self, body: str) -> list[ParsedCall] | None:
         start = skip_ws(body, 0)
@@ -186,7 +207,7 @@ class Glm(Closed):
         if not name:
             return None
         values: dict[str, str] = {}
-        position = skip_ws(body, position)
+        position = _gap(body, position)
         while position < len(body):
             if not body.startswith("<arg_key>", position):
                 return None
@@ -194,19 +215,15 @@ class Glm(Closed):
             if key_end < 0:
                 return None
             key = body[position + len("<arg_key>") : key_end].strip()
-            value_start = skip_ws(body, key_end + len("</arg_key>"))
+            value_start = _gap(body, key_end + len("</arg_key>"))
             if not body.startswith("<arg_value>", value_start):
                 return None
             value_end = body.find("</arg_value>", value_start)
             if value_end < 0 or not key or key in values:
                 return None
-            values[key] = body[value_start + len("<arg_value>") : value_end].strip()
-            position = skip_ws(body, value_end + len("</arg_value>"))
+            values[key] = body[value_start + len("<arg_value>") : value_end]
+            position = _gap(body, value_end + len("</arg_value>"))
         return [ParsedCall(name, values, strings=True)]
-
-    def _complete(self, body: str) -> bool:
-        # Unclosed, a bare name is no evidence of a call ("<tool_call>Sure\n" at the end).
-        return body.rstrip().endswith("</arg_value>") and super()._complete(body)
 
 
 class LlamaFunction(MarkupFamily):
