@@ -88,6 +88,22 @@ class DeclaredTools:
         properties = _properties(self._schemas.get(name))
         return {key: _as_type(value, properties.get(key)) for key, value in strings.items()}
 
+    def unwrapped(self, name: str, arguments: Any) -> Any:
+        """`arguments` whose only key is `arguments` or `input`, a property the schema does not
+        declare, holding an object (or its JSON text) of declared properties only: that object.
+        Anything else as it was. vLLM's DeepSeek V3.2 parser (`_repair_param_dict`) does this."""
+        if not isinstance(arguments, dict) or len(arguments) != 1:
+            return arguments
+        [(wrapper, inner)] = arguments.items()
+        properties = _properties(self._schemas.get(name))
+        if wrapper not in ("arguments", "input") or wrapper in properties:
+            return arguments
+        if isinstance(inner, str):
+            inner = _decoded(inner)
+        if isinstance(inner, dict) and set(inner) <= set(properties):
+            return inner
+        return arguments
+
     def reshaped(self, name: str, arguments: str) -> str | None:
         """Arguments an upstream encoded once too often, decoded once, when the schema wants
         the decoded shape: the whole object sent as a JSON string, or a property that should be

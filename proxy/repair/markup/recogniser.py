@@ -384,6 +384,8 @@ class CallRecogniser:
             arguments = call.arguments
             if call.strings and isinstance(arguments, dict):
                 arguments = self._tools.typed(call.name, arguments)
+            if call.unwrap:
+                arguments = self._tools.unwrapped(call.name, arguments)
             refusal = self._tools.check(call.name, arguments)
             if refusal is not None:
                 self._count(refusal, 1)

@@ -153,3 +153,13 @@ def test_types_are_found_through_nested_any_of_one_of_and_all_of() -> None:
     declared = DeclaredTools({"f": schema})
     assert declared.typed("f", {"items": '[1, "a"]'}) == {"items": [1, "a"]}
     assert declared.typed("f", {"items": "null"}) == {"items": None}
+
+
+def test_a_lone_arguments_or_input_wrapper_is_unwrapped_only_when_undeclared() -> None:
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+    declared = DeclaredTools({"f": schema, "g": {"properties": {"input": {"type": "string"}}}})
+    assert declared.unwrapped("f", {"arguments": {"city": "Paris"}}) == {"city": "Paris"}
+    assert declared.unwrapped("f", {"input": '{"city": "Paris"}'}) == {"city": "Paris"}
+    assert declared.unwrapped("f", {"input": {"town": "Paris"}}) == {"input": {"town": "Paris"}}
+    assert declared.unwrapped("f", {"input": "Paris"}) == {"input": "Paris"}
+    assert declared.unwrapped("g", {"input": '{"x": 1}'}) == {"input": '{"x": 1}'}
