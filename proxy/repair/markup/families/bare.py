@@ -131,7 +131,10 @@ class Mistral(MarkupFamily):
 class LlamaJson(MarkupFamily):
     """Llama 3.1 / 3.2 / 3.3 and Llama 4 JSON calls (Meta's prompt format and chat templates):
     `{"name": NAME, "parameters": {…}}` as the whole reply, optionally after `<|python_tag|>`,
-    several separated by `;`. Models also write "arguments", and a leading `"type": "function"`."""
+    several separated by `;`. Models also write "arguments", and a leading `"type": "function"`.
+    Several calls each after its own `<|python_tag|>` are read too: SGLang's llama32_detector.py
+    decodes one object after another and skips to the next `{"name":`; vLLM's llama_tool_parser.py
+    keeps only the first of them, the rest lost, so SGLang's reading is the one taken."""
 
     family = "llama_json"
     openers = ("<|python_tag|>", "{")
@@ -155,10 +158,12 @@ class LlamaJson(MarkupFamily):
         if stop is None:
             return None
         while True:
-            following = skip_ws(span, stop)
-            if following == len(span) or span[following] != ";":
+            following = self._separator(span, stop)
+            if following is None:
                 return _after_value(span, stop, final)
-            start = skip_ws(span, following + 1)
+            if following == MORE:
+                return stop if final else None
+            start = skip_ws(span, following)
             if start == len(span):
                 return stop if final else None
             if span[start] != "{":
@@ -179,12 +184,20 @@ class LlamaJson(MarkupFamily):
             if call is None:
                 return None
             calls.append(call)
-            following = skip_ws(span, stop)
-            if following == len(span):
+            if skip_ws(span, stop) == len(span):
                 return calls
-            if span[following] != ";":
+            following = self._separator(span, stop)
+            if following is None or following == MORE:
                 return None
-            start = skip_ws(span, following + 1)
+            start = skip_ws(span, following)
+
+    def _separator(self, span: str, at: int) -> int | None:
+        """The index after the separator between two calls at `at` (whitespace around it): `;`,
+        or `<|python_tag|>` again; `MORE` while the text ends inside the tag."""
+        position = skip_ws(span, at)
+        if span.startswith(";", position):
+            return position + 1
+        return expect(span, position, self.openers[0]) if position < len(span) else None
 
     @staticmethod
     def _start(span: str, opener: str) -> int:
