@@ -25,7 +25,9 @@ class KimiK2(Closed):
     `<|tool_call_begin|>functions.NAME:N<|tool_call_argument_begin|>{JSON}<|tool_call_end|>`.
     Some checkpoints write the section markers singular (`<|tool_call_section_begin|>`).
     vLLM's kimi_k2_tool_parser.py and SGLang's kimik2_detector.py match the calls, each up to
-    its `<|tool_call_end|>`, not the section: the section's end is optional, a call's is not."""
+    its `<|tool_call_end|>`, not the section: the section's end is optional, a call's is not.
+    Text between the section's begin and its first call (a model's stray `functions:`) is
+    dropped, as those parsers drop it; between calls it still makes the span text."""
 
     family = "kimi_k2"
     closer_optional = True
@@ -38,11 +40,13 @@ class KimiK2(Closed):
     """Kimi K2 writes ids as functions.NAME:N (N counts the calls of the conversation)."""
 
     def name(self, span: str, opener: str) -> Named:
-        found = expect(span, skip_ws(span, len(opener)), self._begin)
-        if found is None:
-            return REFUSED
-        if found == MORE:
-            return None
+        begin = span.find(self._begin, len(opener))
+        closed = self._closer(span[: begin if begin >= 0 else len(span)], len(opener))
+        if closed is not None:
+            return REFUSED  # the section ended before any call began
+        if begin < 0:
+            return None  # noise before the first call, or the call's marker still coming
+        found = begin + len(self._begin)
         named = name_only(bare_name(span, skip_ws(span, found), ":"))
         if isinstance(named, str):
             named = named.removeprefix("functions.") or REFUSED
@@ -50,7 +54,9 @@ class KimiK2(Closed):
 
     def _parse(self, body: str) -> list[ParsedCall] | None:
         calls = []
-        position = skip_ws(body, 0)
+        position = body.find(self._begin)  # what comes before the first call is dropped
+        if position < 0:
+            return None
         while position < len(body):
             if not body.startswith(self._begin, position):
                 return None
