@@ -163,7 +163,7 @@ NOTES = {"messages": [], "tools": [NOTE]}
     "answer",
     [
         "<tool_call>\n<function=set_note>\n<parameter=text>\nnull\n</parameter>\n"
-        "<parameter=tag>\nnull\n</parameter>\n<parameter=items>\n[1, \"a\"]\n</parameter>\n"
+        '<parameter=tag>\nnull\n</parameter>\n<parameter=items>\n[1, "a"]\n</parameter>\n'
         "</function>\n</tool_call>",
         '<minimax:tool_call>\n<invoke name="set_note">\n<parameter name="text">null</parameter>\n'
         '<parameter name="tag">null</parameter>\n<parameter name="items">[1, "a"]</parameter>\n'
