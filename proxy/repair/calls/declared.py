@@ -88,6 +88,22 @@ class DeclaredTools:
         properties = _properties(self._schemas.get(name))
         return {key: _as_type(value, properties.get(key)) for key, value in strings.items()}
 
+    def unwrapped(self, name: str, arguments: Any) -> Any:
+        """`arguments` whose only key is `arguments` or `input`, a property the schema does not
+        declare, holding an object (or its JSON text) of declared properties only: that object.
+        Anything else as it was. vLLM's DeepSeek V3.2 parser (`_repair_param_dict`) does this."""
+        if not isinstance(arguments, dict) or len(arguments) != 1:
+            return arguments
+        [(wrapper, inner)] = arguments.items()
+        properties = _properties(self._schemas.get(name))
+        if wrapper not in ("arguments", "input") or wrapper in properties:
+            return arguments
+        if isinstance(inner, str):
+            inner = _decoded(inner)
+        if isinstance(inner, dict) and set(inner) <= set(properties):
+            return inner
+        return arguments
+
     def reshaped(self, name: str, arguments: str) -> str | None:
         """Arguments an upstream encoded once too often, decoded once, when the schema wants
         the decoded shape: the whole object sent as a JSON string, or a property that should be
@@ -205,16 +221,23 @@ def _properties(schema: Any) -> Mapping[str, Any]:
     return properties if isinstance(properties, dict) else {}
 
 
-def _types(schema: Any) -> set[str]:
-    """The types a property schema names, directly or through one level of anyOf/oneOf."""
-    if not isinstance(schema, dict):
+MAX_TYPE_DEPTH = 8
+"""How deep `_types` looks through nested anyOf / oneOf / allOf (the schema is the request's)."""
+
+
+def _types(schema: Any, depth: int = 0) -> set[str]:
+    """The types a property schema names, directly or through anyOf / oneOf / allOf at any depth
+    (up to `MAX_TYPE_DEPTH`): `{"anyOf": [{"anyOf": [{"type": "array"}]}, {"type": "null"}]}`
+    names array and null. SGLang's `infer_type_from_json_schema` and vLLM's
+    `extract_types_from_schema` look through these too."""
+    if not isinstance(schema, dict) or depth > MAX_TYPE_DEPTH:
         return set()
     named = schema.get("type")
     types = {named} if isinstance(named, str) else set(t for t in named or () if isinstance(t, str))
-    for key in ("anyOf", "oneOf"):
-        for option in schema.get(key) or ():
-            if isinstance(option, dict) and isinstance(option.get("type"), str):
-                types.add(option["type"])
+    for key in ("anyOf", "oneOf", "allOf"):
+        options = schema.get(key)
+        for option in options if isinstance(options, list) else ():
+            types |= _types(option, depth + 1)
     return types
 
 
@@ -233,11 +256,16 @@ def _encoded(value: Any) -> str:
 def _as_type(text: str, schema: Any) -> Any:
     """`text` read as the first of the property's types it reads as; else the text itself.
     A number keeps its exact value (an integer is read as one, never through a float), and one
-    that no double holds (`1e999`) or too long for `int` stays text: validation then refuses it."""
+    that no double holds (`1e999`) or too long for `int` stays text: validation then refuses it.
+    `null` is JSON's null wherever the schema allows null, string or not (`anyOf: [string,
+    null]`): vLLM's Qwen3-Coder, MiniMax-M2 and DSML parsers read `null` so for every type, which
+    would turn a string-only parameter's text "null" into a refused call; here it stays text."""
     types = _types(schema)
+    stripped = text.strip()
+    if "null" in types and stripped == "null":
+        return None
     if not types or "string" in types:
         return text
-    stripped = text.strip()
     for kind in ("integer", "number", "boolean", "null", "object", "array"):
         if kind not in types:
             continue

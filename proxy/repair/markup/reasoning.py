@@ -47,10 +47,15 @@ class _Span:
     stops: tuple[str, ...] = ()
     """Markers that end the span but begin what follows (the next harmony header), so they stay
     in the text for the opener that comes next."""
+    ends: tuple[str, ...] = ()
+    """Markers that end the span and go out with it (a harmony call's `<|call|>`, which the
+    tool-call recogniser reads)."""
+    keeps_opener: bool = False
+    """The opener goes out as text too (a harmony call's header, for the recogniser)."""
 
     @property
     def markers(self) -> tuple[str, ...]:
-        return self.closers + self.stops
+        return self.closers + self.stops + self.ends
 
 
 _THINK = _Span(reasoning=True, closers=(THINK_CLOSE,))
@@ -64,13 +69,28 @@ _FINAL = _Span(
     stops=(_HARMONY_START, _HARMONY_CHANNEL),
 )
 
-# Harmony headers whose framing is removed; any other channel (commentary: preambles and tool
-# calls, `<|start|>assistant to=functions.NAME…`) is not one of them, so its text goes on as
-# content unchanged, framing included, for the tool-call recogniser that runs next.
-_HARMONY_OPENERS: tuple[tuple[str, _Span], ...] = tuple(
-    (start + _HARMONY_CHANNEL + channel + "<|message|>", span)
-    for start in ("", _HARMONY_START + "assistant")
-    for channel, span in (("analysis", _ANALYSIS), ("final", _FINAL))
+# A commentary message (preambles and tool calls, `<|start|>assistant to=functions.NAME…`) goes
+# on as content unchanged, framing included, for the tool-call recogniser that runs next; but it
+# is followed, so that the messages after it are told apart as the first one is: after a call's
+# `<|call|>` the final channel's framing is removed too and only its text is content, as
+# vLLM's and SGLang's harmony parsers (openai_harmony) put it there (issue 27).
+_COMMENTARY = _Span(reasoning=False, closers=(), ends=("<|call|>", _HARMONY_END), keeps_opener=True)
+
+# Harmony headers: analysis and final, whose framing is removed, and commentary, whose is kept.
+_HARMONY_OPENERS: tuple[tuple[str, _Span], ...] = (
+    *(
+        (start + _HARMONY_CHANNEL + channel + "<|message|>", span)
+        for start in ("", _HARMONY_START + "assistant")
+        for channel, span in (("analysis", _ANALYSIS), ("final", _FINAL))
+    ),
+    *(
+        (opener, _COMMENTARY)
+        for opener in (
+            _HARMONY_CHANNEL + "commentary",
+            _HARMONY_START + "assistant" + _HARMONY_CHANNEL + "commentary",
+            _HARMONY_START + "assistant to=",
+        )
+    ),
 )
 _OPENERS: tuple[tuple[str, _Span], ...] = ((THINK_OPEN, _THINK), *_HARMONY_OPENERS)
 
@@ -229,6 +249,8 @@ class ReasoningSplitter:
                 if stripped.startswith(opener):
                     self._state = span
                     self.watching = False
+                    if span.keeps_opener:
+                        return 0  # the span's text, opener and all, goes out as it came
                     return leading + len(opener)  # the opener and the whitespace before it go
                 undecided = undecided or opener.startswith(stripped)
             if undecided:
@@ -252,6 +274,8 @@ class ReasoningSplitter:
                 out.append(text[:cut])
             self._held = text[cut:]
             return ""
+        if found in span.ends:
+            end += len(found)  # the marker goes out with the span's text
         if end:
             out.append(text[:end])
         if span is _THINK:

@@ -9,7 +9,9 @@ with none of the openers' first characters goes straight through, untouched.
 A span becomes calls only when every call in it names a declared tool and its arguments
 validate against that tool's schema; otherwise the span goes out as text, exactly as received,
 and the refusal is counted. Openers inside a fenced code block are text. A span still open when
-the upstream stops for length goes out as text: a cut-off call is never made to look whole.
+the upstream stops for length goes out as text: a cut-off call is never made to look whole; so
+does one still open at a normal finish, unless the family's servers read calls without its
+closing marker (`MarkupFamily.end` decides, each family citing its servers' parsers).
 """
 
 from __future__ import annotations
@@ -384,6 +386,8 @@ class CallRecogniser:
             arguments = call.arguments
             if call.strings and isinstance(arguments, dict):
                 arguments = self._tools.typed(call.name, arguments)
+            if call.unwrap:
+                arguments = self._tools.unwrapped(call.name, arguments)
             refusal = self._tools.check(call.name, arguments)
             if refusal is not None:
                 self._count(refusal, 1)

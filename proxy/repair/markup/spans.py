@@ -30,6 +30,10 @@ class ParsedCall:
     strings: bool = False
     """True when the family writes every argument value as bare text (Qwen3-Coder, GLM,
     MiniMax): the values are then converted by the tool's schema, never guessed."""
+    unwrap: bool = False
+    """The family's servers unwrap a lone `arguments` or `input` parameter that wraps the real
+    arguments when the schema declares no such property (DeepSeek V3.2's DSML): see
+    `DeclaredTools.unwrapped`."""
     id: str | None = None
     """The call id the model wrote itself (Kimi's `functions.NAME:N`, Mistral's `[CALL_ID]`);
     kept, because that family's chat template renders it back in the next request."""

@@ -71,7 +71,8 @@ def test_bare_values_are_read_by_the_type_the_schema_gives() -> None:
         "force": True,
         "options": {"mode": "w"},
         "tags": ["a", "b"],
-        "note": "null",  # string is one of its types: never guessed into None
+        # null is one of its types (with string): JSON's null, as the servers read it (issue 27)
+        "note": None,
     }
     assert tools().check("edit", typed) is None
 
@@ -135,3 +136,30 @@ def test_no_regular_expression_from_the_request_is_ever_run() -> None:
     assert declared.check("edit", {"pattern": 5}) == INVALID_ARGUMENTS_KIND  # still typed
     assert declared.check("edit", {"tag": "x"}) == INVALID_ARGUMENTS_KIND  # still required
     assert declared.check("edit", {"pattern": "a", "b" * 40 + "!": 1}) == INVALID_ARGUMENTS_KIND
+
+
+def test_null_is_read_as_null_only_where_the_schema_allows_it() -> None:
+    typed = tools().typed("edit", {"path": "null", "note": " null "})
+    assert typed == {"path": "null", "note": None}  # path is a string only: its text stays
+
+
+def test_types_are_found_through_nested_any_of_one_of_and_all_of() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "items": {"anyOf": [{"oneOf": [{"allOf": [{"type": "array"}]}]}, {"type": "null"}]}
+        },
+    }
+    declared = DeclaredTools({"f": schema})
+    assert declared.typed("f", {"items": '[1, "a"]'}) == {"items": [1, "a"]}
+    assert declared.typed("f", {"items": "null"}) == {"items": None}
+
+
+def test_a_lone_arguments_or_input_wrapper_is_unwrapped_only_when_undeclared() -> None:
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+    declared = DeclaredTools({"f": schema, "g": {"properties": {"input": {"type": "string"}}}})
+    assert declared.unwrapped("f", {"arguments": {"city": "Paris"}}) == {"city": "Paris"}
+    assert declared.unwrapped("f", {"input": '{"city": "Paris"}'}) == {"city": "Paris"}
+    assert declared.unwrapped("f", {"input": {"town": "Paris"}}) == {"input": {"town": "Paris"}}
+    assert declared.unwrapped("f", {"input": "Paris"}) == {"input": "Paris"}
+    assert declared.unwrapped("g", {"input": '{"x": 1}'}) == {"input": '{"x": 1}'}

@@ -123,8 +123,8 @@ CASES = [
         "get_weather",
         '"get_weather"',
         [
-            ParsedCall("get_weather", {"city": "Paris", "days": 3, "hours": [6, 18]}),
-            ParsedCall("get_time", {"tz": "UTC"}),
+            ParsedCall("get_weather", {"city": "Paris", "days": 3, "hours": [6, 18]}, unwrap=True),
+            ParsedCall("get_time", {"tz": "UTC"}, unwrap=True),
         ],
     ),
     # Later DeepSeek encodings name the block tool_calls.
@@ -137,7 +137,7 @@ CASES = [
         f"</{DSML}invoke>\n</{DSML}tool_calls>",
         "get_weather",
         '"get_weather"',
-        [ParsedCall("get_weather", PARIS)],
+        [ParsedCall("get_weather", PARIS, unwrap=True)],
     ),
     # Meta's Llama 3.1 prompt format, custom tools.
     Case(

@@ -134,6 +134,27 @@ CASES = [
         "<|start|>assistant to=functions.get_weather<|channel|>commentary json"
         '<|message|>{"city": "Paris"}<|call|>',
     ),
+    # Issue 27: after a call the messages are told apart again, as the servers' harmony parsers
+    # do: the final channel's framing goes, its text is content; the call stays as it came.
+    Case(
+        "harmony_final_after_a_call_loses_its_framing",
+        COMMENTARY + "<|start|>assistant<|channel|>final<|message|>On it.<|return|>",
+        "",
+        COMMENTARY + "On it.",
+    ),
+    Case(
+        "harmony_two_calls_then_analysis",
+        COMMENTARY + COMMENTARY + "<|channel|>analysis<|message|>Both sent.<|end|>",
+        "Both sent.",
+        COMMENTARY + COMMENTARY,
+    ),
+    Case(
+        "harmony_preamble_then_final",
+        "<|channel|>commentary<|message|>Checking.<|end|>"
+        "<|start|>assistant<|channel|>final<|message|>Done.",
+        "",
+        "<|channel|>commentary<|message|>Checking.<|end|>Done.",
+    ),
     Case(
         "harmony_later_in_the_answer_is_text",
         "Harmony writes <|channel|>analysis<|message|> first.",

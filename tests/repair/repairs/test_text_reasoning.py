@@ -106,9 +106,11 @@ def test_harmony_commentary_goes_on_unchanged_for_the_tool_call_recogniser() -> 
         '<|message|>{"city": "Paris"}<|call|>'
     )
     assert repair.on_chunk(chunk({"content": call[:9]})) == []  # held: could be analysis
-    # Decided at the channel's first letter that cannot start `analysis` or `final`.
-    assert repair.on_chunk(chunk({"content": call[9:13]})) == [chunk({"content": call[:13]})]
-    assert repair.on_chunk(chunk({"content": call[13:]})) is None
+    # Decided once the channel is `commentary`: its text goes on as it came, framing and all
+    # (the messages after its `<|call|>` are told apart again, issue 27).
+    assert repair.on_chunk(chunk({"content": call[9:20]})) == []
+    assert repair.on_chunk(chunk({"content": call[20:21]})) == [chunk({"content": call[:21]})]
+    assert repair.on_chunk(chunk({"content": call[21:]})) is None
 
 
 def test_the_finish_chunk_carries_the_held_text_before_its_finish() -> None:

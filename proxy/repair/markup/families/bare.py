@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import ast
 import math
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from proxy.repair.markup.extent import balanced_end
 from proxy.repair.markup.families.reading import (
@@ -40,7 +41,9 @@ class Mistral(MarkupFamily):
     v11 one call per marker, `[TOOL_CALLS]NAME[CALL_ID]ID[ARGS]{JSON}` where the version carries
     call ids and `[TOOL_CALLS]NAME[ARGS]{JSON}` where it does not (Mistral Small 3.x, Magistral,
     Devstral); and the bare `NAME{JSON}` when the server decoded `[ARGS]` away as a control token.
-    No closing marker: the span ends where the JSON closes."""
+    No closing marker: the span ends where the JSON closes. In the list, key order carries no
+    meaning (vLLM's mistral_tool_parser.py loads it whole): `{"arguments": {…}, "name": …}` is a
+    call too, once its name shows within the recogniser's `NAME_WITHIN` characters."""
 
     family = "mistral"
     openers = ("[TOOL_CALLS]",)
@@ -50,6 +53,7 @@ class Mistral(MarkupFamily):
         return digest[:9]
 
     _markers = ("[ARGS]", "[CALL_ID]")
+    _before_name: ClassVar[Mapping[str, str | None]] = {"arguments": None, "id": None}
 
     def name(self, span: str, opener: str) -> Named:
         start = skip_ws(span, len(opener))
@@ -59,7 +63,7 @@ class Mistral(MarkupFamily):
             first = skip_ws(span, start + 1)
             if first == len(span):
                 return None
-            return object_name(span, first) if span[first] == "{" else REFUSED
+            return object_name(span, first, self._before_name) if span[first] == "{" else REFUSED
         found = bare_name(span, start, "[{")
         if not isinstance(found, tuple) or span[found[1]] == "{":
             return name_only(found)
@@ -127,12 +131,19 @@ class Mistral(MarkupFamily):
 class LlamaJson(MarkupFamily):
     """Llama 3.1 / 3.2 / 3.3 and Llama 4 JSON calls (Meta's prompt format and chat templates):
     `{"name": NAME, "parameters": {…}}` as the whole reply, optionally after `<|python_tag|>`,
-    several separated by `;`. Models also write "arguments", and a leading `"type": "function"`."""
+    several separated by `;`. Models also write "arguments", and a leading `"type": "function"`.
+    Several calls each after its own `<|python_tag|>` are read too: SGLang's llama32_detector.py
+    decodes one object after another and skips to the next `{"name":`; vLLM's llama_tool_parser.py
+    keeps only the first of them, the rest lost, so SGLang's reading is the one taken."""
 
     family = "llama_json"
     openers = ("<|python_tag|>", "{")
     at_start_only = True
-    _lead = ('"type"', ":", '"function"', ",")
+    _before_name: ClassVar[Mapping[str, str | None]] = {
+        "type": '"function"',
+        "parameters": None,
+        "arguments": None,
+    }
 
     def name(self, span: str, opener: str) -> Named:
         start = self._start(span, opener)
@@ -140,17 +151,19 @@ class LlamaJson(MarkupFamily):
             return None
         if span[start] != "{":
             return REFUSED
-        return object_name(span, start, self._lead)
+        return object_name(span, start, self._before_name)
 
     def end(self, span: str, opener: str, final: bool) -> int | None:
         stop = balanced_end(span, self._start(span, opener))
         if stop is None:
             return None
         while True:
-            following = skip_ws(span, stop)
-            if following == len(span) or span[following] != ";":
+            following = self._separator(span, stop)
+            if following is None:
                 return _after_value(span, stop, final)
-            start = skip_ws(span, following + 1)
+            if following == MORE:
+                return stop if final else None
+            start = skip_ws(span, following)
             if start == len(span):
                 return stop if final else None
             if span[start] != "{":
@@ -171,12 +184,20 @@ class LlamaJson(MarkupFamily):
             if call is None:
                 return None
             calls.append(call)
-            following = skip_ws(span, stop)
-            if following == len(span):
+            if skip_ws(span, stop) == len(span):
                 return calls
-            if span[following] != ";":
+            following = self._separator(span, stop)
+            if following is None or following == MORE:
                 return None
-            start = skip_ws(span, following + 1)
+            start = skip_ws(span, following)
+
+    def _separator(self, span: str, at: int) -> int | None:
+        """The index after the separator between two calls at `at` (whitespace around it): `;`,
+        or `<|python_tag|>` again; `MORE` while the text ends inside the tag."""
+        position = skip_ws(span, at)
+        if span.startswith(";", position):
+            return position + 1
+        return expect(span, position, self.openers[0]) if position < len(span) else None
 
     @staticmethod
     def _start(span: str, opener: str) -> int:

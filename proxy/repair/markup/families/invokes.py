@@ -14,6 +14,7 @@ from proxy.repair.markup.families.reading import (
     Named,
     bare_name,
     expect,
+    json_dict,
     json_value,
     name_only,
     quoted_name,
@@ -33,6 +34,9 @@ class _Invokes(Closed):
     _parameter: ClassVar[str] = "<parameter name="
     _parameter_end: ClassVar[str] = "</parameter>"
     strings: ClassVar[bool] = True
+    self_closing: ClassVar[bool] = False
+    """`<invoke name="NAME"/>` is a call with no arguments."""
+    unwrap: ClassVar[bool] = False
 
     def name(self, span: str, opener: str) -> Named:
         found = expect(span, skip_ws(span, len(opener)), self._invoke)
@@ -52,14 +56,26 @@ class _Invokes(Closed):
             if head is None:
                 return None
             attributes, after = head
-            close = body.find(self._invoke_end, after)
-            name = _unquote(attributes)
-            arguments = None if close < 0 else self._parameters(body[after:close])
+            arguments: dict[str, Any] | None
+            if attributes.endswith("/"):
+                if not self.self_closing:
+                    return None
+                name, arguments, position = _unquote(attributes[:-1]), {}, after
+            else:
+                close = body.find(self._invoke_end, after)
+                if close < 0:
+                    return None
+                name, arguments = _unquote(attributes), self._body(body[after:close])
+                position = close + len(self._invoke_end)
             if arguments is None or not valid_name(name):
                 return None
-            calls.append(ParsedCall(name, arguments, strings=self.strings))
-            position = skip_ws(body, close + len(self._invoke_end))
+            calls.append(ParsedCall(name, arguments, strings=self.strings, unwrap=self.unwrap))
+            position = skip_ws(body, position)
         return calls or None
+
+    def _body(self, inner: str) -> dict[str, Any] | None:
+        """The arguments an invoke's body holds: its parameters."""
+        return self._parameters(inner)
 
     def _parameters(self, inner: str) -> dict[str, Any] | None:
         values: dict[str, Any] = {}
@@ -102,7 +118,9 @@ def _unquote(attribute: str) -> str:
 class MiniMaxM2(_Invokes):
     """MiniMax-M2 (its chat template): `<minimax:tool_call>\\n<invoke name="NAME">\\n
     <parameter name="KEY">VALUE</parameter>\\n</invoke>\\n</minimax:tool_call>`, several invokes
-    in one block. Values are bare text; MiniMax's servers strip the whitespace around them."""
+    in one block. Values are bare text; MiniMax's servers strip the whitespace around them.
+    `</minimax:tool_call>` is required: vLLM's minimax_m2_tool_parser.py reads calls only from
+    `<minimax:tool_call>(.*?)</minimax:tool_call>`."""
 
     family = "minimax_m2"
     openers = ("<minimax:tool_call>",)
@@ -120,7 +138,14 @@ class DeepSeekDsml(_Invokes):
     holding `<|DSML|invoke name="NAME">` blocks of `<|DSML|parameter name="KEY" string="true">
     VALUE</|DSML|parameter>` (the bars fullwidth, as in every DeepSeek marker); later DeepSeek
     encodings name the block `tool_calls`. The model types each value itself: `string="true"` is
-    the text as written, `string="false"` a JSON value."""
+    the text as written, `string="false"` a JSON value. The block's closing tag is required:
+    vLLM's deepseekv32_tool_parser.py reads calls only from `<|DSML|function_calls>(.*?)
+    </|DSML|function_calls>`, and so does SGLang's deepseekv32_detector.py. Read as they read
+    it too: an invoke whose body is the JSON arguments (SGLang's "Format 2", `_parse_parameters_
+    from_xml`), a self-closing `<|DSML|invoke name="NAME"/>` for a tool with no parameters
+    (SGLang's `_unpack_invoke_match`), and a lone `arguments` or `input` parameter wrapping the
+    real arguments, unwrapped when the schema declares no such property (vLLM's
+    `_repair_param_dict`, `DeclaredTools.unwrapped`)."""
 
     family = "deepseek_dsml"
     openers = (f"<{_DSML}function_calls>", f"<{_DSML}tool_calls>")
@@ -130,7 +155,14 @@ class DeepSeekDsml(_Invokes):
     _parameter = f"<{_DSML}parameter name="
     _parameter_end = f"</{_DSML}parameter>"
     strings = False
+    self_closing = True
+    unwrap = True
     _attributes = re.compile(r'\s*"([^"]+)"\s+string="(true|false)"\s*')
+
+    def _body(self, inner: str) -> dict[str, Any] | None:
+        if inner.lstrip().startswith("{"):
+            return json_dict(inner)
+        return self._parameters(inner)
 
     def _argument(self, attributes: str, value: str) -> tuple[str, Any] | None:
         typed = self._attributes.fullmatch(attributes)

@@ -4,8 +4,10 @@ after a closing marker."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from proxy.repair.markup.extent import balanced_end
 from proxy.repair.markup.spans import REFUSED, MarkupFamily, ParsedCall, _Refused
 from proxy.wire import json_codec
 
@@ -98,15 +100,59 @@ def name_only(found: tuple[str, int] | _Refused | None) -> Named:
     return found[0] if isinstance(found, tuple) else found
 
 
-def object_name(text: str, at: int, *leads: tuple[str, ...]) -> Named:
-    """The value of the `"name"` key of the JSON object opening at `text[at]`, when that key
-    comes first, or after one of the literal `leads` (Llama's `"type": "function",`)."""
-    heads = [(), *leads]
-    results = [sequence(text, at, ("{", *lead, '"name"', ":")) for lead in heads]
-    position = next((r for r in results if isinstance(r, int)), None)
-    if position is None:
-        return None if any(r is None for r in results) else REFUSED
-    return name_only(quoted_name(text, skip_ws(text, position)))
+def object_name(text: str, at: int, before: Mapping[str, str | None] | None = None) -> Named:
+    """The value of the `"name"` key of the JSON object opening at `text[at]`. Key order carries
+    no meaning in JSON, and models write `"arguments"` first too (the servers' parsers load the
+    object whole): members whose keys `before` lists may come before the name and are skipped,
+    their values bracket-balanced or strings (or exactly the JSON literal `before` gives, such as
+    Llama's `"type": "function"`). Anything else refuses at its first character."""
+    before = before or {}
+    keys = tuple(f'"{key}"' for key in ("name", *before))
+    position = sequence(text, at, ("{",))
+    while isinstance(position, int):
+        start = skip_ws(text, position)
+        key_end = expect_any(text, start, keys)
+        if key_end is None:
+            return REFUSED
+        if key_end == MORE:
+            return None
+        after = sequence(text, key_end, (":",))
+        if not isinstance(after, int):
+            return after
+        value = skip_ws(text, after)
+        key = text[start + 1 : key_end - 1]
+        if key == "name":
+            return name_only(quoted_name(text, value))
+        literal = before[key]
+        if literal is None:
+            end = _value_end(text, value)
+        else:
+            found = expect(text, value, literal)
+            end = None if found == MORE else -1 if found is None else found
+        if end is None:
+            return None
+        position = sequence(text, end, (",",)) if end >= 0 else REFUSED
+    return position
+
+
+def _value_end(text: str, at: int) -> int | None:
+    """The index after the JSON object, array or string opening at `at`; None while it may
+    still close; -1 when no such value opens there."""
+    if at >= len(text):
+        return None
+    if text[at] in "{[":
+        return balanced_end(text, at)
+    if text[at] != '"':
+        return -1
+    escaped = False
+    for position in range(at + 1, len(text)):
+        if escaped:
+            escaped = False
+        elif text[position] == "\\":
+            escaped = True
+        elif text[position] == '"':
+            return position + 1
+    return None
 
 
 def find_outside_strings(text: str, start: int, marker: str) -> int | None:
@@ -148,16 +194,21 @@ def json_value(text: str) -> Any:
 
 
 class Closed(MarkupFamily):
-    """A family whose span ends after a closing marker. When the stream ends without it (the
-    model stopped at its end-of-turn token instead), the span ends there if what came parses."""
+    """A family whose span ends after a closing marker. When the stream ends without it, the
+    span ends there if what came parses, but only for a family whose servers read calls without
+    it (`closer_optional`); for the others a model that stopped before its closing marker did
+    not finish the call, and the span goes out as the text it was, as under `length`."""
 
     closers: ClassVar[tuple[str, ...]] = ()
+    closer_optional: ClassVar[bool] = False
+    """The family's serving parsers read a call whose span the model left open (each family
+    says where); False: they find calls only between the opener and the closing marker."""
 
     def end(self, span: str, opener: str, final: bool) -> int | None:
         found = self._closer(span, len(opener))
         if found is not None:
             return found
-        if final and self._complete(span[len(opener) :]):
+        if final and self.closer_optional and self._complete(span[len(opener) :]):
             return len(span)
         return None
 

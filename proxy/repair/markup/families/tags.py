@@ -25,11 +25,13 @@ from proxy.repair.markup.spans import REFUSED, MarkupFamily, ParsedCall
 class Hermes(Closed):
     """Hermes-style JSON in `<tool_call>` tags: NousResearch Hermes 2 Pro / 3, Qwen 2.5 and Qwen3,
     whose chat templates write `<tool_call>\\n{"name": …, "arguments": {…}}\\n</tool_call>`, one
-    block per call."""
+    block per call. A last block the model left open is a call (vLLM's hermes_tool_parser.py,
+    `<tool_call>(.*?)</tool_call>|<tool_call>(.*)`: "happens sometimes")."""
 
     family = "hermes"
     openers = ("<tool_call>",)
     closers = ("</tool_call>",)
+    closer_optional = True
 
     def name(self, span: str, opener: str) -> Named:
         start = skip_ws(span, len(opener))
@@ -37,7 +39,7 @@ class Hermes(Closed):
             return None
         if span[start] != "{":
             return REFUSED
-        return object_name(span, start)
+        return object_name(span, start, {"arguments": None})
 
     def _closer(self, span: str, start: int) -> int | None:
         found = find_outside_strings(span, start, self.closers[0])
@@ -63,11 +65,15 @@ class Qwen3Coder(Closed):
     """Qwen3-Coder's XML-ish calls (its chat template): `<tool_call>\\n<function=NAME>\\n
     <parameter=KEY>\\nVALUE\\n</parameter>\\n</function>\\n</tool_call>`. Values are bare text.
     The model sometimes drops the opening `<tool_call>` (its servers read a bare `<function=`
-    too): such a span runs to `</function>`, and takes the closing `</tool_call>` if it follows."""
+    too): such a span runs to `</function>`, and takes the closing `</tool_call>` if it follows.
+    A `</tool_call>` the model never wrote is optional (vLLM's qwen3coder_tool_parser.py,
+    `<tool_call>(.*?)</tool_call>|<tool_call>(.*?)$`); `</function>` is not, here, though that
+    regex reads an open function too: its last parameter may be cut anywhere."""
 
     family = "qwen3_coder"
     openers = ("<tool_call>", "<function=")
     closers = ("</tool_call>",)
+    closer_optional = True
     _function = "<function="
     _parameter = "<parameter="
     _after_name = ("<parameter=", "</function>")
@@ -150,10 +156,32 @@ class Qwen3Coder(Closed):
         return values
 
 
+def _gap(text: str, at: int) -> int:
+    """The index after the whitespace and literal `\\n`s at `at`: GLM's separators. Some
+    quantised GLM models write the template's newline as a backslash and an `n`, and vLLM's and
+    SGLang's GLM parsers take it (`(?:\\\\n|\\n)` after the name, `(?:\\\\n|\\s)*` between a
+    key and its value); MORE when the text ends on the backslash."""
+    while True:
+        at = skip_ws(text, at)
+        if not text.startswith("\\", at):
+            return at
+        if at + 1 == len(text):
+            return MORE
+        if text[at + 1] != "n":
+            return at
+        at += 2
+
+
 class Glm(Closed):
     """GLM-4.5 / 4.6 / 4.7 (their chat templates): `<tool_call>NAME\\n<arg_key>KEY</arg_key>\\n
     <arg_value>VALUE</arg_value>\\n</tool_call>`; 4.7 drops the newlines. Values are bare text
-    (non-strings as JSON), and GLM's servers strip the whitespace around keys and values."""
+    (non-strings as JSON), taken as written between the tags: the template adds nothing inside
+    `<arg_value>`, and indentation is data. vLLM's glm4_moe_tool_parser.py strips the value,
+    SGLang's glm4_moe_detector.py keeps it (`parse_arguments` on the raw text): the reading
+    that loses nothing is SGLang's (a typed value is read after trimming, `DeclaredTools.typed`).
+    `</tool_call>` is required: both find calls with `<tool_call>.*?</tool_call>` only, so a
+    span the model left open at a normal finish stays text. A literal `\\n` for the template's
+    newlines is read as they read it (`_gap`)."""
 
     family = "glm"
     openers = ("<tool_call>",)
@@ -161,15 +189,16 @@ class Glm(Closed):
     _after_name = ("<arg_key>", "</tool_call>")
 
     def name(self, span: str, opener: str) -> Named:
-        found = bare_name(span, skip_ws(span, len(opener)), "\n<")
+        found = bare_name(span, skip_ws(span, len(opener)), "\n<\\")
         if not isinstance(found, tuple):
             return found
         # The name alone proves little ("<tool_call>Sure\n…" is prose): it counts once the
         # first argument or the closing tag follows it.
-        following = expect_any(span, skip_ws(span, found[1]), self._after_name)
-        if following is None:
+        gap = _gap(span, found[1])
+        following = None if gap == MORE else expect_any(span, gap, self._after_name)
+        if gap != MORE and following is None:
             return REFUSED
-        return None if following == MORE else found[0]
+        return None if following is None or following == MORE else found[0]
 
     def _parse(self, body: str) -> list[ParsedCall] | None:
         start = skip_ws(body, 0)
@@ -178,7 +207,7 @@ class Glm(Closed):
         if not name:
             return None
         values: dict[str, str] = {}
-        position = skip_ws(body, position)
+        position = _gap(body, position)
         while position < len(body):
             if not body.startswith("<arg_key>", position):
                 return None
@@ -186,19 +215,15 @@ class Glm(Closed):
             if key_end < 0:
                 return None
             key = body[position + len("<arg_key>") : key_end].strip()
-            value_start = skip_ws(body, key_end + len("</arg_key>"))
+            value_start = _gap(body, key_end + len("</arg_key>"))
             if not body.startswith("<arg_value>", value_start):
                 return None
             value_end = body.find("</arg_value>", value_start)
             if value_end < 0 or not key or key in values:
                 return None
-            values[key] = body[value_start + len("<arg_value>") : value_end].strip()
-            position = skip_ws(body, value_end + len("</arg_value>"))
+            values[key] = body[value_start + len("<arg_value>") : value_end]
+            position = _gap(body, value_end + len("</arg_value>"))
         return [ParsedCall(name, values, strings=True)]
-
-    def _complete(self, body: str) -> bool:
-        # Unclosed, a bare name is no evidence of a call ("<tool_call>Sure\n" at the end).
-        return body.rstrip().endswith("</arg_value>") and super()._complete(body)
 
 
 class LlamaFunction(MarkupFamily):

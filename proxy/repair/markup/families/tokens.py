@@ -23,9 +23,14 @@ from proxy.repair.markup.spans import REFUSED, MarkupFamily, ParsedCall
 class KimiK2(Closed):
     """Kimi K2 (Moonshot's chat template and tool-call guide): a section of calls, each
     `<|tool_call_begin|>functions.NAME:N<|tool_call_argument_begin|>{JSON}<|tool_call_end|>`.
-    Some checkpoints write the section markers singular (`<|tool_call_section_begin|>`)."""
+    Some checkpoints write the section markers singular (`<|tool_call_section_begin|>`).
+    vLLM's kimi_k2_tool_parser.py and SGLang's kimik2_detector.py match the calls, each up to
+    its `<|tool_call_end|>`, not the section: the section's end is optional, a call's is not.
+    Text between the section's begin and its first call (a model's stray `functions:`) is
+    dropped, as those parsers drop it; between calls it still makes the span text."""
 
     family = "kimi_k2"
+    closer_optional = True
     openers = ("<|tool_calls_section_begin|>", "<|tool_call_section_begin|>")
     closers = ("<|tool_calls_section_end|>", "<|tool_call_section_end|>")
     _begin = "<|tool_call_begin|>"
@@ -35,11 +40,13 @@ class KimiK2(Closed):
     """Kimi K2 writes ids as functions.NAME:N (N counts the calls of the conversation)."""
 
     def name(self, span: str, opener: str) -> Named:
-        found = expect(span, skip_ws(span, len(opener)), self._begin)
-        if found is None:
-            return REFUSED
-        if found == MORE:
-            return None
+        begin = span.find(self._begin, len(opener))
+        closed = self._closer(span[: begin if begin >= 0 else len(span)], len(opener))
+        if closed is not None:
+            return REFUSED  # the section ended before any call began
+        if begin < 0:
+            return None  # noise before the first call, or the call's marker still coming
+        found = begin + len(self._begin)
         named = name_only(bare_name(span, skip_ws(span, found), ":"))
         if isinstance(named, str):
             named = named.removeprefix("functions.") or REFUSED
@@ -47,7 +54,9 @@ class KimiK2(Closed):
 
     def _parse(self, body: str) -> list[ParsedCall] | None:
         calls = []
-        position = skip_ws(body, 0)
+        position = body.find(self._begin)  # what comes before the first call is dropped
+        if position < 0:
+            return None
         while position < len(body):
             if not body.startswith(self._begin, position):
                 return None
@@ -58,13 +67,11 @@ class KimiK2(Closed):
             matched = self._id.fullmatch(call_id)
             start = marker + len(self._arguments)
             close = body.find(self._end, start)
-            # Only the last call may lack its end marker (the stream ended there).
-            stop = close if close >= 0 else len(body)
-            arguments = json_dict(body[start:stop])
+            arguments = None if close < 0 else json_dict(body[start:close])
             if matched is None or arguments is None:
                 return None
             calls.append(ParsedCall(matched[1], arguments, id=call_id))
-            position = skip_ws(body, stop + len(self._end) if close >= 0 else stop)
+            position = skip_ws(body, close + len(self._end))
         return calls or None
 
 
@@ -82,9 +89,12 @@ class DeepSeek(Closed):
     fullwidth bar and the U+2581 separator of the real markers. V3.1:
     `<|tool_call_begin|>NAME<|tool_sep|>{JSON}<|tool_call_end|>`; V3 and R1 write the type
     first and fence the JSON: `<|tool_call_begin|>function<|tool_sep|>NAME\\n```json\\n{JSON}
-    \\n```<|tool_call_end|>`. All calls sit in one `<|tool_calls_begin|>…<|tool_calls_end|>`."""
+    \\n```<|tool_call_end|>`. All calls sit in one `<|tool_calls_begin|>…<|tool_calls_end|>`.
+    vLLM's deepseekv3/deepseekv31 parsers match each call up to its `<|tool_call_end|>`, not the
+    block: the block's end is optional, a call's is not."""
 
     family = "deepseek"
+    closer_optional = True
     openers = (_deepseek("tool calls begin"),)
     closers = (_deepseek("tool calls end"),)
     _begin = _deepseek("tool call begin")
@@ -129,12 +139,11 @@ class DeepSeek(Closed):
             word = body[position + len(self._begin) : sep]
             start = sep + len(self._sep)
             close = body.find(self._end, start)
-            stop = close if close >= 0 else len(body)
-            call = self._call(word, body[start:stop])
+            call = None if close < 0 else self._call(word, body[start:close])
             if call is None:
                 return None
             calls.append(call)
-            position = skip_ws(body, stop + len(self._end) if close >= 0 else stop)
+            position = skip_ws(body, close + len(self._end))
         return calls or None
 
     def _call(self, word: str, rest: str) -> ParsedCall | None:
