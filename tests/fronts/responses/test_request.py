@@ -42,7 +42,7 @@ def test_a_string_input_is_one_user_message_after_the_instructions() -> None:
 
 
 def test_messages_with_and_without_type_and_parts() -> None:
-    chat = run(
+    translation = run(
         {
             "model": "m",
             "input": [
@@ -67,7 +67,9 @@ def test_messages_with_and_without_type_and_parts() -> None:
                 {"role": "user", "content": "thanks"},
             ],
         }
-    ).chat
+    )
+    assert translation.counts == {"responses_developer_role": 1}
+    chat = translation.chat
     assert chat["messages"] == [
         {"role": "system", "content": "rules"},
         {
@@ -171,7 +173,11 @@ def test_tools_function_custom_namespace_and_hosted() -> None:
     assert translation.namespaced == {"multi_agent_v1__spawn": ("multi_agent_v1", "spawn")}
     assert translation.chat["tool_choice"] == "auto"
     assert translation.chat["parallel_tool_calls"] is True
-    assert translation.counts["responses_hosted_tool_dropped"] == 1
+    assert translation.counts == {
+        "responses_hosted_tool_dropped": 1,
+        "responses_custom_tool": 1,
+        "responses_namespace_tool": 1,
+    }
 
 
 def test_custom_and_namespaced_calls_in_history_go_back_as_functions() -> None:
@@ -277,10 +283,12 @@ def test_a_continuation_is_the_stored_transcript_then_the_new_input() -> None:
     store = ResponsesStore(MemoryStore(100, 60), SCOPE)
     before = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
     asyncio.run(store.save("resp_1", before[1], before, []))
-    chat = run(
+    translation = run(
         {"model": "m", "input": "next", "previous_response_id": "resp_1", "instructions": "I"},
         lookups(store),
-    ).chat
+    )
+    assert translation.counts == {"responses_previous_response": 1}
+    chat = translation.chat
     assert chat["messages"] == [
         {"role": "system", "content": "I"},
         *before,
@@ -314,6 +322,10 @@ def test_an_item_reference_resolves_from_the_store_and_an_unknown_one_is_refused
         lookups(store),
     ).chat
     assert chat["messages"][1]["tool_calls"][0]["id"] == "call_1"
+    counted = run(
+        {"model": "m", "input": [{"type": "item_reference", "id": "fc_1"}]}, lookups(store)
+    ).counts
+    assert counted == {"responses_item_reference": 1}
     error = refused(
         {"model": "m", "input": [{"type": "item_reference", "id": "fc_x"}]}, lookups(store)
     )
@@ -378,3 +390,19 @@ def test_a_tampered_or_foreign_token_is_dropped_and_counted(tenant: str) -> None
 
 def test_a_model_is_required() -> None:
     assert refused({"input": "x"}).status == 400
+
+
+def test_a_valid_token_whose_turn_is_gone_is_counted() -> None:
+    store = ResponsesStore(MemoryStore(100, 60), SCOPE)
+    token = receipt_tokens.mint(store.token_scope, "turn:resp_expired")
+    translation = run(
+        {
+            "model": "m",
+            "input": [
+                {"type": "reasoning", "summary": [], "encrypted_content": token},
+                {"role": "assistant", "content": "a"},
+            ],
+        },
+        lookups(store),
+    )
+    assert translation.counts == {"responses_receipt_token_unknown": 1}
