@@ -26,7 +26,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from proxy.fronts import receipt_tokens
-from proxy.fronts.responses.events import CLEAN, End, ResponsesEvents, aborted, upstream_error
+from proxy.fronts.responses.events import (
+    CLEAN,
+    End,
+    ResponsesEvents,
+    aborted,
+    completion_chunk,
+    upstream_error,
+)
 from proxy.fronts.responses.events import whole as whole_response
 from proxy.fronts.responses.request import FrontError, Lookups, Translation, translate
 from proxy.fronts.responses.store import ResponsesStore, turn_key
@@ -279,10 +286,22 @@ async def _whole(
         proxy._finished(record, 502)
         return _error(502, "the upstream answer is not a JSON object", "upstream_error", record)
     await chain.on_response(completion)
-    response = whole_response(events, completion)
-    await _save(store, events, translation, record.exchange)
+    if translation.stream:
+        # An upstream that answered a streamed request whole: the client still gets events.
+        parts = [*events.feed(completion_chunk(completion)), *events.settle(CLEAN)]
+        await _save(store, events, translation, record.exchange)
+        parts += events.terminal()
+        body = b"".join(parts)
+        answer = Response(body, status_code=200, media_type="text/event-stream")
+    else:
+        response = whole_response(events, completion)
+        await _save(store, events, translation, record.exchange)
+        body = orjson.dumps(response)
+        answer = Response(body, status_code=200, media_type="application/json")
     proxy._finished(record, status)
-    answer = Response(orjson.dumps(response), status_code=200, media_type="application/json")
+    if record.client_copy is not None:
+        record.client_copy.sent(body)
+        await record.client_copy.save()
     answer.headers["x-request-id"] = record.request_id
     answer.raw_headers.append(repairs_header(record.exchange))
     return answer

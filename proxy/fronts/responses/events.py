@@ -603,7 +603,14 @@ def _error_of(end: End) -> dict[str, Any]:
 def whole(events: ResponsesEvents, completion: dict[str, Any]) -> dict[str, Any]:
     """A non-streamed chat completion -> the Responses response object, through the same
     state machine as a stream (one chunk carrying the whole message, its finish and usage)."""
-    chunk = {
+    events.feed(completion_chunk(completion))
+    events.finish(CLEAN)
+    return events.response()
+
+
+def completion_chunk(completion: dict[str, Any]) -> Chunk:
+    """A whole chat completion as the one chunk that says all of it."""
+    return {
         "choices": [
             {
                 "index": choice.get("index", 0),
@@ -615,9 +622,6 @@ def whole(events: ResponsesEvents, completion: dict[str, Any]) -> dict[str, Any]
         ],
         "usage": completion.get("usage"),
     }
-    events.feed(chunk)
-    events.finish(CLEAN)
-    return events.response()
 
 
 def _as_delta(message: dict[str, Any]) -> dict[str, Any]:

@@ -223,3 +223,27 @@ def test_what_the_bridge_does_not_offer_is_a_501(path: str) -> None:
     response = asyncio.run(run())
     assert response.status_code == 501
     assert response.json()["error"]["code"] == "not_implemented"
+
+
+def test_an_upstream_answering_a_streamed_request_whole_still_gives_events() -> None:
+    def upstream(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(
+            200,
+            json={
+                "id": "c",
+                "object": "chat.completion",
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": "whole"},
+                    }
+                ],
+            },
+        )
+
+    response, _ = post(upstream, BODY)
+    assert response.headers["content-type"].startswith("text/event-stream")
+    events = events_of(response)
+    check_invariants(events)
+    assert events[-1]["response"]["output"][0]["content"][0]["text"] == "whole"
