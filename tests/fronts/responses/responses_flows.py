@@ -46,15 +46,16 @@ def one_response(sdk: openai.OpenAI, stream: bool, **request: Any) -> dict[str, 
 
 
 def run_flow(
-    base_url: str,
+    base_url: str | list[str],
     model: str,
     questions: tuple[str, ...],
     mode: str,
     stream: bool,
     key: str = "sk-test",
 ) -> tuple[list[str], list[dict[str, Any]]]:
-    """Each question answered through its tool steps; (final texts, every response)."""
-    sdk = client(base_url, key)
+    """Each question answered through its tool steps; (final texts, every response). Several
+    base URLs (replicas) take the requests in turn."""
+    sdks = [client(url, key) for url in ([base_url] if isinstance(base_url, str) else base_url)]
     history: list[dict[str, Any]] = []
     previous: str | None = None
     finals: list[str] = []
@@ -71,7 +72,7 @@ def run_flow(
                 request["input"] = new_input
                 if previous:
                     request["previous_response_id"] = previous
-            response = one_response(sdk, stream, **request)
+            response = one_response(sdks[len(responses) % len(sdks)], stream, **request)
             responses.append(response)
             output = response["output"]
             history += new_input + output
