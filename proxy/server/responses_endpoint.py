@@ -232,7 +232,10 @@ async def _with_keepalives(
                 return
     finally:
         if pending is not None:
+            # The read runs in its own task: it must have ended before the stream is closed
+            # (an async generator cannot be closed while it runs).
             pending.cancel()
+            await asyncio.wait({pending})
         aclose = getattr(stream, "aclose", None)
         if aclose is not None:
             await aclose()

@@ -398,7 +398,7 @@ def _tools(tools: Any, translation: Translation) -> list[dict[str, Any]]:
             out.append(_function(tool, tool.get("name"), f"tools[{position}]"))
         elif kind == "custom":
             name = tool.get("name")
-            described = tool.get("description") or ""
+            described = str(tool.get("description") or "") + _grammar_note(tool.get("format"))
             out.append(
                 {
                     "type": "function",
@@ -436,6 +436,17 @@ def _tools(tools: Any, translation: Translation) -> list[dict[str, Any]]:
             raise invalid(f"tools[{position}].type", "required")
     translation.custom_tools = frozenset(custom)
     return out
+
+
+def _grammar_note(fmt: Any) -> str:
+    """A custom tool's grammar, told to a model that cannot be constrained by it."""
+    if not isinstance(fmt, dict) or fmt.get("type") != "grammar":
+        return ""
+    definition = fmt.get("definition")
+    if not isinstance(definition, str) or not definition:
+        return ""
+    syntax = fmt.get("syntax") or "grammar"
+    return f"\n\nThe input must follow this {syntax} grammar:\n{definition}"
 
 
 def _function(tool: dict[str, Any], name: Any, where: str) -> dict[str, Any]:

@@ -247,3 +247,42 @@ def test_an_upstream_answering_a_streamed_request_whole_still_gives_events() -> 
     events = events_of(response)
     check_invariants(events)
     assert events[-1]["response"]["output"][0]["content"][0]["text"] == "whole"
+
+
+def test_a_client_leaving_during_keepalives_closes_cleanly(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The upstream read pending in its own task is ended before the stream is closed."""
+    from starlette.applications import Starlette
+    from starlette.responses import StreamingResponse
+    from starlette.routing import Route
+
+    from tests.support.proxies import running_proxy
+    from tests.support.servers import serve_in_thread
+    from tests.support.waiting import wait_until
+
+    monkeypatch.setattr(responses_endpoint, "KEEPALIVE_SECONDS", 0.05)
+
+    async def silent(request: Any) -> StreamingResponse:
+        async def body() -> AsyncIterator[bytes]:
+            yield b"data: " + orjson.dumps(delta(content="hi")) + b"\n\n"
+            await asyncio.sleep(30)
+            yield b"data: [DONE]\n\n"
+
+        return StreamingResponse(body(), media_type="text/event-stream")
+
+    upstream = Starlette(routes=[Route("/v1/chat/completions", silent, methods=["POST"])])
+    with (
+        caplog.at_level(logging.INFO),
+        serve_in_thread(upstream) as root,
+        running_proxy(f"{root}/v1") as proxy,
+    ):
+        with httpx.stream("POST", f"{proxy}/v1/responses", json=BODY, headers=KEY) as response:
+            seen = 0
+            for line in response.iter_lines():
+                seen += line.startswith("data: ")
+                if seen >= 6:
+                    break
+        wait_until(lambda: "POST /v1/responses" in caplog.text, "the exchange logged", timeout=5)
+    assert "already running" not in caplog.text
+    assert "Traceback" not in caplog.text

@@ -406,3 +406,23 @@ def test_a_valid_token_whose_turn_is_gone_is_counted() -> None:
         lookups(store),
     )
     assert translation.counts == {"responses_receipt_token_unknown": 1}
+
+
+def test_a_custom_tools_grammar_is_told_in_its_description() -> None:
+    tools = run(
+        {
+            "model": "m",
+            "input": "x",
+            "tools": [
+                {
+                    "type": "custom",
+                    "name": "sql",
+                    "description": "Write SQL.",
+                    "format": {"type": "grammar", "syntax": "regex", "definition": "SELECT .+"},
+                }
+            ],
+        }
+    ).chat["tools"]
+    assert tools[0]["function"]["description"] == (
+        "Write SQL.\n\nThe input must follow this regex grammar:\nSELECT .+"
+    )
