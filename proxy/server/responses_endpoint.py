@@ -288,6 +288,11 @@ async def _whole(
     if not isinstance(completion, dict):
         proxy._finished(record, 502)
         return _error(502, "the upstream answer is not a JSON object", "upstream_error", record)
+    if completion.get("error") and not completion.get("choices"):
+        # An error in a 200 body: the client gets it as an error, not as an empty answer.
+        message, code, _, _ = _upstream_error_fields(raw, 502)
+        proxy._finished(record, 502)
+        return _error(502, message, code, record)
     await chain.on_response(completion)
     if translation.stream:
         # An upstream that answered a streamed request whole: the client still gets events.

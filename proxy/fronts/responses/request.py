@@ -127,7 +127,8 @@ class Translation:
 
     def transcript_without_instructions(self) -> list[Message]:
         messages: list[Message] = self.chat["messages"]
-        if self.instructions is not None and messages and messages[0] is self.instructions:
+        # By value: the request repairs may have rebuilt the list (and its messages).
+        if self.instructions is not None and messages and messages[0] == self.instructions:
             return messages[1:]
         return list(messages)
 

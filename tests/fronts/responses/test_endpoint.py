@@ -286,3 +286,37 @@ def test_a_client_leaving_during_keepalives_closes_cleanly(
         wait_until(lambda: "POST /v1/responses" in caplog.text, "the exchange logged", timeout=5)
     assert "already running" not in caplog.text
     assert "Traceback" not in caplog.text
+
+
+def test_an_error_in_a_200_body_is_an_error_not_an_empty_answer() -> None:
+    error = {"error": {"message": "quota", "code": "insufficient_quota"}}
+    response, _ = post(lambda request: httpx.Response(200, json=error), {**BODY, "stream": False})
+    assert response.status_code == 502
+    assert response.json()["error"]["code"] == "insufficient_quota"
+
+
+def test_a_continuation_keeps_one_instructions_message() -> None:
+    seen: list[dict[str, Any]] = []
+
+    def upstream(request: httpx.Request) -> httpx.Response:
+        seen.append(orjson.loads(request.content))
+        return streamed(sse(delta(content="ok"), delta(finish="stop")))(request)
+
+    settings = Settings().with_values({"upstream.base_url": "http://up.test/v1"})
+    app = create_app(settings, transport=httpx.MockTransport(upstream))
+
+    async def run() -> None:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as client:
+            first = await client.post(
+                "/v1/responses", json={**BODY, "instructions": "I"}, headers=KEY
+            )
+            completed = events_of(first)[-1]["response"]
+            await client.post(
+                "/v1/responses",
+                json={**BODY, "instructions": "J", "previous_response_id": completed["id"]},
+                headers=KEY,
+            )
+
+    asyncio.run(run())
+    assert [m["content"] for m in seen[1]["messages"]] == ["J", "hi", "ok", "hi"]
