@@ -45,6 +45,7 @@ from proxy.server.errors import ClientError
 from proxy.server.record import ExchangeRecord
 from proxy.server.streamed_response import StreamedResponse
 from proxy.upstream.body_decoding import decoded, decoder_for, read_limited
+from proxy.upstream.context import ClientCopy
 from proxy.upstream.failures import describe_failure
 from proxy.upstream.refusals import NOTHING
 from proxy.wire import json_codec
@@ -128,7 +129,10 @@ async def responses(proxy: Proxy, request: Request) -> Response:
             proxy.metrics.active_streams.dec()
             proxy._finished(record, status)
 
-        stream = _events(proxy, upstream, chain, record, events, store, translation, decoder)
+        # A recording keeps the repaired chat stream, what `streamfix replay` and `explain`
+        # re-derive from the cassette; the Responses events are a translation of it.
+        copy, record.client_copy = record.client_copy, None
+        stream = _events(proxy, upstream, chain, record, events, store, translation, decoder, copy)
         kept = [
             (name, value)
             for name, value in client_headers
@@ -152,6 +156,7 @@ async def _events(
     store: ResponsesStore,
     translation: Translation,
     decoder: Any,
+    copy: ClientCopy | None = None,
 ) -> AsyncIterator[bytes]:
     """The repaired chat stream, decoded once more into chunks, as Responses events."""
     exchange = record.exchange
@@ -173,6 +178,8 @@ async def _events(
         abort,
         exchange.count,
     )
+    if copy is not None:
+        chat_stream = _copied(chat_stream, copy)
     yield b"".join(events.start())
     again = SSEDecoder()
     end: End | None = None
@@ -209,6 +216,16 @@ async def _events(
 
 class _Keepalive:
     pass
+
+
+async def _copied(stream: AsyncIterator[bytes], copy: ClientCopy) -> AsyncIterator[bytes]:
+    """The stream, each piece also handed to a recorder's copy, saved however it ends."""
+    try:
+        async for piece in stream:
+            copy.sent(piece)
+            yield piece
+    finally:
+        await copy.save()
 
 
 async def _with_keepalives(
@@ -307,8 +324,8 @@ async def _whole(
         body = orjson.dumps(response)
         answer = Response(body, status_code=200, media_type="application/json")
     proxy._finished(record, status)
-    if record.client_copy is not None:
-        record.client_copy.sent(body)
+    if record.client_copy is not None:  # the repaired chat answer, as for a stream
+        record.client_copy.sent(json_codec.dumps(completion))
         await record.client_copy.save()
     answer.headers["x-request-id"] = record.request_id
     answer.raw_headers.append(repairs_header(record.exchange))
