@@ -17,7 +17,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import AsyncIterator
+from copy import deepcopy
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -38,6 +41,7 @@ from proxy.fronts.responses.events import whole as whole_response
 from proxy.fronts.responses.request import FrontError, Lookups, Translation, translate
 from proxy.fronts.responses.store import ResponsesStore, turn_key
 from proxy.repair.pipeline import RepairChain, as_chunk, is_done, is_upstream_error, repaired_stream
+from proxy.repair.rules import RouteRules
 from proxy.repair.tenancy import ReceiptScope, tenant_of
 from proxy.server.chat_request import model_of
 from proxy.server.delivery import SSE_HEADERS, _Closing, raw_body, repairs_header
@@ -47,7 +51,6 @@ from proxy.server.streamed_response import StreamedResponse
 from proxy.upstream.body_decoding import decoded, decoder_for, read_limited
 from proxy.upstream.context import ClientCopy
 from proxy.upstream.failures import describe_failure
-from proxy.upstream.refusals import NOTHING
 from proxy.wire import json_codec
 from proxy.wire.limits import LimitExceeded
 from proxy.wire.sse import SSEDecoder
@@ -95,18 +98,38 @@ async def responses(proxy: Proxy, request: Request) -> Response:
     chat = translation.chat
     if route.upstream.model:
         chat["model"] = route.upstream.model
+    pristine = deepcopy(chat)  # the request phase may run again (a learned refusal)
     started = time.monotonic()
-    learning = route.upstream.learn_rejected_parameters
-    recalled = await proxy.refusals.recall(route.identity, chat) if learning else NOTHING
-    record = proxy._record(request, request_id, chat, route, recalled, started)
-    exchange = record.exchange
+    rules = route.rules(chat.get("model"))
+    recalled = await proxy.refusals.recall(route.identity, chat, rules)
+    record = proxy._record(request, request_id, chat, route, recalled.applied(rules), started)
     for kind, amount in translation.counts.items():
-        exchange.count(kind, amount)
-    chain = proxy.chain_factory(proxy.chain_options, exchange, proxy.store)
+        record.exchange.count(kind, amount)
+    chain = proxy.chain_factory(proxy.chain_options, record.exchange, proxy.store)
     await chain.on_request(chat)
+
+    async def rebuild(rules: RouteRules) -> dict[str, Any]:
+        """The request phase again, as chat does it (app.py), on the translated request."""
+        nonlocal chain
+        again = deepcopy(pristine)
+        record.exchange = replace(record.exchange, request=again, rules=rules, repairs=Counter())
+        for kind, amount in translation.counts.items():
+            record.exchange.count(kind, amount)
+        chain = proxy.chain_factory(proxy.chain_options, record.exchange, proxy.store)
+        await chain.on_request(again)
+        translation.chat = again  # what the store keeps is what went upstream
+        return again
+
     upstream = await proxy._send(
-        request, route, CHAT_PATH, json_codec.dumps(chat), record, resend=chat
+        request,
+        route,
+        CHAT_PATH,
+        json_codec.dumps(chat),
+        record,
+        resend=chat,
+        rebuild=rebuild,
     )
+    exchange = record.exchange
     if isinstance(upstream, Response):
         return proxy._failed(record, upstream)  # already OpenAI's error shape
     status = upstream.status_code
