@@ -17,10 +17,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter
 from collections.abc import AsyncIterator
 from copy import deepcopy
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -42,6 +40,7 @@ from proxy.fronts.responses.request import FrontError, Lookups, Translation, tra
 from proxy.fronts.responses.store import ResponsesStore, turn_key
 from proxy.repair.pipeline import RepairChain, as_chunk, is_done, is_upstream_error, repaired_stream
 from proxy.repair.rules import RouteRules
+from proxy.repair.tally import Tally
 from proxy.repair.tenancy import ReceiptScope, tenant_of
 from proxy.server.chat_request import model_of
 from proxy.server.delivery import SSE_HEADERS, _Closing, raw_body, repairs_header
@@ -98,40 +97,44 @@ async def responses(proxy: Proxy, request: Request) -> Response:
     chat = translation.chat
     if route.upstream.model:
         chat["model"] = route.upstream.model
-    pristine = deepcopy(chat)  # the request phase may run again (a learned refusal)
     started = time.monotonic()
     rules = route.rules(chat.get("model"))
     recalled = await proxy.refusals.recall(route.identity, chat, rules)
-    record = proxy._record(request, request_id, chat, route, recalled.applied(rules), started)
+    record = proxy._record(request, request_id, chat, route, started)
     for kind, amount in translation.counts.items():
-        record.exchange.count(kind, amount)
-    chain = proxy.chain_factory(proxy.chain_options, record.exchange, proxy.store)
-    await chain.on_request(chat)
+        record.tally.count(kind, amount)
+    scope = ReceiptScope(tenant, route.identity)
+    pristine = deepcopy(chat)  # phase one may run again (a learned refusal's resend)
+    forwarded, _ = await proxy.phases.request(chat, recalled.applied(rules), scope, record.tally)
+    record.forwarded = forwarded
 
     async def rebuild(rules: RouteRules) -> dict[str, Any]:
-        """The request phase again, as chat does it (app.py), on the translated request."""
-        nonlocal chain
-        again = deepcopy(pristine)
-        record.exchange = replace(record.exchange, request=again, rules=rules, repairs=Counter())
+        """Phase one again, as chat does it (app.py), on the translated request; the
+        translation's own counts go with the fresh tally."""
+        record.tally = Tally(request_id)
         for kind, amount in translation.counts.items():
-            record.exchange.count(kind, amount)
-        chain = proxy.chain_factory(proxy.chain_options, record.exchange, proxy.store)
-        await chain.on_request(again)
-        translation.chat = again  # what the store keeps is what went upstream
-        return again
+            record.tally.count(kind, amount)
+        again = deepcopy(pristine)
+        record.forwarded, _ = await proxy.phases.request(again, rules, scope, record.tally)
+        return record.forwarded.body
 
     upstream = await proxy._send(
         request,
         route,
         CHAT_PATH,
-        json_codec.dumps(chat),
+        json_codec.dumps(forwarded.body),
         record,
-        resend=chat,
+        resend=forwarded.body,
         rebuild=rebuild,
     )
-    exchange = record.exchange
+    forwarded = record.forwarded
+    assert forwarded is not None  # set by phase one above
+    translation.chat = forwarded.body  # what the store keeps is what went upstream
+    exchange = record.tally
     if isinstance(upstream, Response):
         return proxy._failed(record, upstream)  # already OpenAI's error shape
+    # Phase two: the stream links, built from what phase one decided.
+    chain = proxy.phases.stream(forwarded, record.tally)
     status = upstream.status_code
     decoder = decoder_for(upstream.headers.get("content-encoding", ""))
     if status >= 400 or decoder is None:
@@ -182,7 +185,7 @@ async def _events(
     copy: ClientCopy | None = None,
 ) -> AsyncIterator[bytes]:
     """The repaired chat stream, decoded once more into chunks, as Responses events."""
-    exchange = record.exchange
+    exchange = record.tally
 
     def abort(exc: Exception) -> bytes:
         exchange.note("stream_aborted", "upstream stream failed: %s", type(exc).__name__)
@@ -337,13 +340,13 @@ async def _whole(
     if translation.stream:
         # An upstream that answered a streamed request whole: the client still gets events.
         parts = [*events.feed(completion_chunk(completion)), *events.settle(CLEAN)]
-        await _save(store, events, translation, record.exchange)
+        await _save(store, events, translation, record.tally)
         parts += events.terminal()
         body = b"".join(parts)
         answer = Response(body, status_code=200, media_type="text/event-stream")
     else:
         response = whole_response(events, completion)
-        await _save(store, events, translation, record.exchange)
+        await _save(store, events, translation, record.tally)
         body = orjson.dumps(response)
         answer = Response(body, status_code=200, media_type="application/json")
     proxy._finished(record, status)
@@ -351,7 +354,7 @@ async def _whole(
         record.client_copy.sent(json_codec.dumps(completion))
         await record.client_copy.save()
     answer.headers["x-request-id"] = record.request_id
-    answer.raw_headers.append(repairs_header(record.exchange))
+    answer.raw_headers.append(repairs_header(record.tally))
     return answer
 
 
@@ -373,7 +376,7 @@ async def _refusal(
     body = {"error": {"message": message, "type": type_, "param": param, "code": code}}
     answer = Response(orjson.dumps(body), status_code=status, media_type="application/json")
     answer.headers["x-request-id"] = record.request_id
-    answer.raw_headers.append(repairs_header(record.exchange))
+    answer.raw_headers.append(repairs_header(record.tally))
     return answer
 
 
@@ -401,7 +404,7 @@ def _error(status: int, message: str, code: str, record: ExchangeRecord) -> Resp
     body = {"error": {"message": message, "type": "server_error", "param": None, "code": code}}
     answer = Response(orjson.dumps(body), status_code=status, media_type="application/json")
     answer.headers["x-request-id"] = record.request_id
-    answer.raw_headers.append(repairs_header(record.exchange))
+    answer.raw_headers.append(repairs_header(record.tally))
     return answer
 
 
