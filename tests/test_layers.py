@@ -19,6 +19,7 @@ LAYERS = {
     "proxy.repair": 1,
     "proxy.settings": 2,
     "proxy.upstream": 3,
+    "proxy.fronts": 3,  # translators around the core (FRONTS.md); the server wires them
     "proxy.server": 4,
     "proxy.explain": 5,
     "proxy.doctor": 5,

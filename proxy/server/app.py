@@ -22,6 +22,7 @@ from proxy.repair.repairs import ChainOptions
 from proxy.repair.rules import RouteRules
 from proxy.repair.tally import Tally
 from proxy.repair.tenancy import ReceiptScope, tenant_of
+from proxy.server import responses_endpoint
 from proxy.server.asgi import StreamfixApp, http_error, internal_error
 from proxy.server.auth import is_allowed
 from proxy.server.body_limits import BodyBudget
@@ -209,6 +210,10 @@ class Proxy:
             self.settings.server.max_response_bytes,
             lambda: self._finished(record, status),
         )
+
+    async def responses(self, request: Request) -> Response:
+        """`POST /v1/responses`: the Responses front around the chat exchange."""
+        return await responses_endpoint.responses(self, request)
 
     async def passthrough(self, request: Request) -> Response:
         request_id = request.headers.get("x-request-id") or new_request_id()
@@ -435,6 +440,8 @@ def create_app(
         Route("/healthz", proxy.healthz, methods=["GET"]),
         Route("/readyz", proxy.readyz, methods=["GET"]),
         Route("/metrics", proxy.metrics_endpoint, methods=["GET"]),
+        Route("/v1/responses", proxy.responses, methods=["POST"]),
+        Route("/v1/responses/{rest:path}", responses_endpoint.not_offered),
         # POST /v1/chat/completions is not here: StreamfixApp sends it straight to its handler
         # (one registration); its other methods are passthrough like any /v1/ path.
         Route(

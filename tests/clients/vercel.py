@@ -44,6 +44,8 @@ def _alias_version(alias: str) -> str:
 
 
 SDK_VERSIONS: dict[str, str] = {sdk: _alias_version(f"oc-{sdk}") for sdk in ("v1", "v2", "v3")}
+RESPONSES_SDK = "responses"
+"""The driver's name for @ai-sdk/openai's Responses provider (`openai-v3`) with ai 6 (`ai-v2`)."""
 AI_VERSIONS: dict[str, str] = {sdk: _alias_version(f"ai-{sdk}") for sdk in ("v1", "v2", "v3")}
 
 
@@ -139,6 +141,7 @@ def run_vercel_agent(
     api_key: str = "test-key",
     timeout: float = 90,
     mode: str = "stream",
+    store: bool | None = None,
 ) -> dict[str, Any]:
     """Run the SDK's own agent loop: tools named in `execute` return that result, and
     `streamText` (`mode="generate"`: `generateText`) continues until
@@ -168,6 +171,8 @@ def run_vercel_agent(
     }
     if mode == "generate":
         request["mode"] = "generate"
+    if store is not None:
+        request["store"] = store
     if messages is not None:
         request["messages"] = messages
     else:
@@ -177,7 +182,7 @@ def run_vercel_agent(
 
 def _run_driver(request: dict[str, Any], timeout: float) -> dict[str, Any]:
     sdk = request["sdk"]
-    if sdk not in SDK_VERSIONS:
+    if sdk not in SDK_VERSIONS and sdk != RESPONSES_SDK:
         raise ValueError(f"unknown sdk {sdk!r}; expected one of {sorted(SDK_VERSIONS)}")
     ensure_node_modules()
     node = _resolved(nodejs.node)

@@ -30,6 +30,8 @@ const SDKS = {
   v1: { provider: "oc-v1", ai: "ai-v1" }, // openai-compatible 1.0.x + ai 5
   v2: { provider: "oc-v2", ai: "ai-v2" }, // openai-compatible 2.0.41 + ai 6 (opencode)
   v3: { provider: "oc-v3", ai: "ai-v3" }, // openai-compatible 3.x + ai 7
+  // @ai-sdk/openai's Responses provider (`.responses()`) + ai 6: POST /v1/responses.
+  responses: { provider: "openai-v3", ai: "ai-v2", responses: true },
 };
 
 function message(error) {
@@ -65,13 +67,18 @@ async function main() {
   const req = await readStdin();
   const names = SDKS[req.sdk];
   if (!names) throw new Error(`unknown sdk ${JSON.stringify(req.sdk)}; use one of ${Object.keys(SDKS)}`);
-  const { createOpenAICompatible } = await import(names.provider);
+  const providerModule = await import(names.provider);
   const ai = await import(names.ai);
   const { streamText, generateText, tool, jsonSchema } = ai;
   // ai 5 and 6 name it stepCountIs; ai 7 calls it isStepCount and keeps stepCountIs as an alias.
   const stepCountIs = ai.stepCountIs ?? ai.isStepCount;
 
-  const provider = createOpenAICompatible({ name: "custom", baseURL: req.baseURL, apiKey: req.apiKey });
+  const provider = names.responses
+    ? (id) => providerModule.createOpenAI({ baseURL: req.baseURL, apiKey: req.apiKey }).responses(id)
+    : providerModule.createOpenAICompatible({ name: "custom", baseURL: req.baseURL, apiKey: req.apiKey });
+  // "store": false / true for the Responses provider (unset: its default, which replays
+  // earlier items as item_reference).
+  const providerOptions = req.store === undefined ? {} : { providerOptions: { openai: { store: req.store } } };
   // Without `execute` the SDK only parses and validates the calls, like a client
   // that hands them back to the app. ai 5, 6 and 7 all name the schema `inputSchema`.
   const execute = req.execute ?? {};
@@ -121,6 +128,7 @@ async function main() {
       ...(req.messages ? { messages: req.messages } : { prompt: req.prompt ?? "go" }),
       tools,
       maxRetries: 0,
+      ...providerOptions,
       ...(req.maxSteps ? { stopWhen: stepCountIs(req.maxSteps) } : {}),
       // Errors are collected from the stream parts below; the default handler
       // would only print them to stderr.

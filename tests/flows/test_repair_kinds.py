@@ -643,6 +643,17 @@ reply("unrepaired_encoding", *answer(), headers={"content-encoding": "br"})
 reply("stream_aborted", sse(TEXT, done=False), break_off=True)
 
 COVERED_ELSEWHERE = {
+    # The Responses front's kinds: its translator's tests count them (tests/fronts/responses).
+    "responses_custom_tool": "test_tools_function_custom_namespace_and_hosted",
+    "responses_namespace_tool": "test_tools_function_custom_namespace_and_hosted",
+    "responses_hosted_tool_dropped": "test_tools_function_custom_namespace_and_hosted",
+    "responses_developer_role": "test_messages_with_and_without_type_and_parts",
+    "responses_previous_response": "test_a_continuation_is_the_stored_transcript_then_the_new",
+    "responses_item_reference": "test_an_item_reference_resolves_from_the_store_and_an_unknown",
+    "responses_foreign_receipt_token": "test_a_tampered_or_foreign_token_is_dropped_and_counted",
+    "responses_receipt_token_unknown": "test_a_valid_token_whose_turn_is_gone_is_counted",
+    "responses_receipts_restored": "test_a_reasoning_token_restores_the_turns_receipts",
+    "responses_store_failed": "test_a_failed_store_write_is_counted_and_the_answer_still",
     # The parameter kinds need an upstream that refuses a parameter with its real error body
     # (tests/support/rejecting_upstream.py), and two requests for the one learned.
     "parameter_dropped": "test_each_table_rule_meets_an_upstream_that_refuses_exactly_that",
