@@ -1,10 +1,11 @@
 """Codex CLI, run offline against the proxy: `codex exec --json` with a custom model provider
 (`wire_api = "responses"`, no websockets, no retries), as RESPONSES.md §5 describes.
 
-The npm package ships its platform binary (about 450 MB), so it is not part of the test extra's
-Node modules: point STREAMFIX_CODEX at a `codex` executable, or install it once with
-`npm install --prefix tests/clients/codex @openai/codex@0.171.0`. Without it the Codex tests
-skip and say how to get it.
+The npm package ships its platform binary (about 450 MB), so it is kept apart from the test
+extra's other Node modules: the first Codex test installs it once from the npm registry with the
+test extra's own npm (`npm install --prefix tests/clients/codex @openai/codex@0.171.0`), or
+STREAMFIX_CODEX points at a `codex` executable. An install that fails fails the tests, saying
+why: they never skip.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.nodejs import environment
+from tests.support.nodejs import environment, npm
 
 ROOT = Path(__file__).resolve().parents[3]
 INSTALLED = ROOT / "tests" / "clients" / "codex" / "node_modules" / ".bin" / "codex"
@@ -26,13 +27,37 @@ VERSION = "0.171.0"
 
 
 def codex_binary() -> str:
-    found = os.environ.get("STREAMFIX_CODEX") or (str(INSTALLED) if INSTALLED.exists() else "")
-    if not found:
-        pytest.skip(
-            f"Codex CLI not installed: npm install --prefix tests/clients/codex "
-            f"@openai/codex@{VERSION}, or set STREAMFIX_CODEX to a codex executable"
+    found = os.environ.get("STREAMFIX_CODEX")
+    if found:
+        return found
+    if not INSTALLED.exists():
+        _install()
+    return str(INSTALLED)
+
+
+def _install() -> None:
+    """Codex CLI from the npm registry into tests/clients/codex (git ignores it), once."""
+    command = [
+        *npm(),
+        "install",
+        "--prefix",
+        str(INSTALLED.parents[2]),
+        "--no-audit",
+        "--no-fund",
+        f"@openai/codex@{VERSION}",
+    ]
+    try:
+        done = subprocess.run(
+            command, env=environment(), capture_output=True, text=True, timeout=900
         )
-    return found
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"installing @openai/codex@{VERSION} took over 900 s", pytrace=False)
+    if done.returncode != 0 or not INSTALLED.exists():
+        pytest.fail(
+            f"installing @openai/codex@{VERSION} failed (exit {done.returncode}): "
+            f"{done.stderr[-2000:]}",
+            pytrace=False,
+        )
 
 
 def run_codex(
