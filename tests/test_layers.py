@@ -17,6 +17,7 @@ LAYERS = {
     "proxy": 0,  # the package's own __init__: a docstring and the version
     "proxy.wire": 0,
     "proxy.repair": 1,
+    "proxy.fronts": 1,  # translators around the chat core: wire and repair below them
     "proxy.settings": 2,
     "proxy.upstream": 3,
     "proxy.server": 4,
