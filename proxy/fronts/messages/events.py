@@ -361,3 +361,34 @@ def whole(
         "stop_sequence": sequence,
         "usage": usage_of(completion.get("usage")),
     }
+
+
+def events_of(message: dict[str, Any]) -> list[bytes]:
+    """A whole `message` as the events a stream of it would have been: for a client that asked
+    to stream from an upstream that answered in one body."""
+    start = {**message, "content": [], "stop_reason": None, "stop_sequence": None}
+    start["usage"] = {"input_tokens": message["usage"]["input_tokens"], "output_tokens": 0}
+    out = [sse({"type": "message_start", "message": start})]
+    for index, block in enumerate(message["content"]):
+        kind = block["type"]
+        if kind == "text":
+            opening: dict[str, Any] = {"type": "text", "text": ""}
+            deltas = [{"type": "text_delta", "text": block["text"]}]
+        elif kind == "thinking":
+            opening = {"type": "thinking", "thinking": "", "signature": ""}
+            deltas = [
+                {"type": "thinking_delta", "thinking": block["thinking"]},
+                {"type": "signature_delta", "signature": block["signature"]},
+            ]
+        else:
+            opening = {**block, "input": {}}
+            partial = json_codec.dumps(block["input"]).decode()
+            deltas = [{"type": "input_json_delta", "partial_json": partial}]
+        out.append(sse({"type": "content_block_start", "index": index, "content_block": opening}))
+        for delta in deltas:
+            out.append(sse({"type": "content_block_delta", "index": index, "delta": delta}))
+        out.append(sse({"type": "content_block_stop", "index": index}))
+    stop = {"stop_reason": message["stop_reason"], "stop_sequence": message["stop_sequence"]}
+    out.append(sse({"type": "message_delta", "delta": stop, "usage": message["usage"]}))
+    out.append(sse({"type": "message_stop"}))
+    return out

@@ -1,0 +1,183 @@
+"""POST /v1/messages through the real proxy against upstreams that misbehave: the repaired
+chat stream as Messages events (transcripts of real upstreams), errors before and after the
+first byte, a stream cut mid-tool-use, a silent upstream (pings), Anthropic's error shape."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from proxy.server import messages as messages_route
+from tests.fronts.messages_checks import parse, violations
+from tests.support.fake_upstream import running_fake_upstream
+from tests.support.proxies import running_proxy
+from tests.support.raw_upstream import (
+    Reply,
+    chunked,
+    delta_chunk,
+    http_chunk,
+    http_head,
+    raw_upstream,
+)
+
+HEADERS = {"x-api-key": "k", "anthropic-version": "2023-06-01"}
+
+
+def body(model: str, stream: bool = True, **extra: Any) -> dict[str, Any]:
+    tools = [
+        {"name": n, "input_schema": {"type": "object"}}
+        for n in ("get_weather", "get_time", "read_file", "list_dir", "search", "lookup")
+    ]
+    return {
+        "model": model,
+        "max_tokens": 200,
+        "stream": stream,
+        "messages": [{"role": "user", "content": "go"}],
+        "tools": tools,
+        **extra,
+    }
+
+
+def post(proxy: str, payload: dict[str, Any]) -> httpx.Response:
+    return httpx.post(f"{proxy}/v1/messages", json=payload, headers=HEADERS, timeout=30)
+
+
+def tool_blocks(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    blocks = []
+    for event in events:
+        if event["type"] == "content_block_start" and event["content_block"]["type"] == "tool_use":
+            blocks.append({**event["content_block"], "json": ""})
+        elif (
+            event["type"] == "content_block_delta" and event["delta"]["type"] == "input_json_delta"
+        ):
+            blocks[-1]["json"] += event["delta"]["partial_json"]
+    return blocks
+
+
+@pytest.mark.parametrize(
+    "transcript",
+    [
+        "gemini_indexless_call_stop",
+        "gemini_indexless_fragmented_parallel",
+        "vertex_jumping_index",
+        "vllm_args_tail_under_next_index",
+        "kimi_per_round_ids",
+        "openrouter_reasoning_and_reasoning_content",
+        "minimax_think_tag_in_content",
+        "openai_text_usage_only_last_chunk",
+    ],
+)
+def test_transcripts_come_out_as_valid_messages_streams(transcript: str) -> None:
+    with running_fake_upstream() as (_, root), running_proxy(f"{root}/v1") as proxy:
+        answer = post(proxy, body(transcript))
+        assert answer.status_code == 200, answer.text
+        events = parse(answer.content)
+        assert violations(events) == []
+        ids = [block["id"] for block in tool_blocks(events)]
+        assert len(ids) == len(set(ids))  # Vertex's jumping index: no duplicated blocks
+        for block in tool_blocks(events):
+            assert isinstance(json.loads(block["json"]), dict)
+        whole = post(proxy, body(transcript, stream=False))
+        if whole.status_code == 404:
+            return  # the transcript has no non-streamed answer
+        assert whole.status_code == 200, whole.text
+        message = whole.json()
+        assert message["type"] == "message"
+        assert [b["type"] for b in message["content"] if b["type"] == "tool_use"] == [
+            "tool_use" for _ in ids
+        ]
+
+
+def test_an_upstream_error_before_the_first_byte_keeps_its_status_in_anthropics_shape() -> None:
+    with running_fake_upstream() as (_, root), running_proxy(f"{root}/v1") as proxy:
+        answer = post(proxy, body("error_openai_429"))
+        assert answer.status_code == 429
+        assert answer.json()["type"] == "error"
+        assert answer.json()["error"]["type"] == "rate_limit_error"
+
+
+@pytest.mark.parametrize(
+    "transcript", ["openrouter_error_chunk_midstream", "groq_event_error_midstream"]
+)
+def test_an_upstream_error_mid_stream_is_an_error_event(transcript: str) -> None:
+    with running_fake_upstream() as (_, root), running_proxy(f"{root}/v1") as proxy:
+        events = parse(post(proxy, body(transcript)).content)
+        assert violations(events, complete=False) == []
+        assert events[-1]["type"] == "error"
+
+
+def test_a_stream_cut_mid_tool_use_is_an_error_not_an_end_turn() -> None:
+    call = {
+        "index": 0,
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "read_file", "arguments": '{"pa'},
+    }
+    pieces = [
+        http_head(),
+        http_chunk(delta_chunk({"content": "reading"})),
+        http_chunk(delta_chunk({"tool_calls": [call]})),
+    ]
+    with raw_upstream(Reply(pieces, end="close")) as fake, running_proxy(f"{fake.url}/v1") as proxy:
+        events = parse(post(proxy, body("m")).content)
+        assert violations(events, complete=False) == []
+        assert not any(e["type"] == "message_delta" for e in events)
+
+
+def test_pings_while_the_upstream_is_silent(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(messages_route, "PING_SECONDS", 0.2)
+    pieces = chunked(
+        "text/event-stream", [delta_chunk({"content": "late"}, "stop"), b"data: [DONE]\n\n"]
+    )
+    slow = Reply(pieces, pause=0.7)  # head, then 0.7 s of silence after each piece
+    with raw_upstream(slow) as fake, running_proxy(f"{fake.url}/v1") as proxy:
+        events = parse(post(proxy, body("m")).content)
+        assert violations(events) == []
+        assert any(e["type"] == "ping" for e in events)
+
+
+def test_refused_requests_in_anthropics_shape() -> None:
+    with running_fake_upstream() as (fake, root), running_proxy(f"{root}/v1") as proxy:
+        answer = post(proxy, {"model": "m", "messages": []})
+        assert answer.status_code == 400
+        assert answer.json()["error"]["type"] == "invalid_request_error"
+        assert not fake.requests
+
+
+def test_the_forwarded_chat_request() -> None:
+    """What the upstream receives for a Claude Code-like request."""
+    with running_fake_upstream() as (fake, root), running_proxy(f"{root}/v1") as proxy:
+        payload = body(
+            "openai_text_usage_only_last_chunk",
+            system=[
+                {
+                    "type": "text",
+                    "text": "You are Claude Code.",
+                    "cache_control": {"type": "ephemeral"},
+                }
+            ],
+            thinking={"type": "adaptive"},
+            output_config={"effort": "high"},
+            metadata={"user_id": "user_1"},
+        )
+        payload["messages"].append({"role": "system", "content": "env"})
+        headers = {
+            **HEADERS,
+            "anthropic-beta": "claude-code-20250219,interleaved-thinking-2025-05-14",
+        }
+        answer = httpx.post(
+            f"{proxy}/v1/messages?beta=true", json=payload, headers=headers, timeout=30
+        )
+        assert answer.status_code == 200
+        sent = fake.requests[-1]
+        assert sent.path.endswith("/chat/completions")
+        chat = sent.json
+        assert chat["messages"][0] == {"role": "system", "content": "You are Claude Code."}
+        assert chat["reasoning_effort"] == "high"
+        assert chat["user"] == "user_1"
+        assert chat["stream_options"] == {"include_usage": True}
+        assert sent.headers.get("authorization") == "Bearer k"
+        assert "x-api-key" not in sent.headers and "anthropic-beta" not in sent.headers
