@@ -171,9 +171,15 @@ async def messages(proxy: Proxy, request: Request) -> Response:
     message = message_events.whole(completion, translated.model, mint=mint, stop_sequences=stops)
     proxy._finished(record, status)
     if translated.stream:  # asked to stream, answered whole: the same message as events
-        events = b"".join(message_events.events_of(message))
-        return _headed(Response(events, media_type="text/event-stream"), record)
-    return _headed(JSONResponse(message), record)
+        response: Response = Response(
+            b"".join(message_events.events_of(message)), media_type="text/event-stream"
+        )
+    else:
+        response = JSONResponse(message)
+    if record.client_copy is not None:  # a recording keeps what the client was sent
+        record.client_copy.sent(bytes(response.body))
+        await record.client_copy.save()
+    return _headed(response, record)
 
 
 def _headed(response: Response, record: Any) -> Response:

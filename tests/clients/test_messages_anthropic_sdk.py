@@ -7,6 +7,7 @@ back as the SDK returned them, over two user turns, streamed (`messages.stream`)
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -17,12 +18,15 @@ import pytest
 
 from tests.fronts.messages_checks import parse, violations
 from tests.support.gemini_upstream import TOOL_SCHEMAS, TWO_STEPS, TextStep, running_gemini_upstream
+from tests.support.markup_upstream import PARIS, running_markup_upstream
+from tests.support.markup_upstream import TOOL_SCHEMAS as MARKUP_SCHEMAS
 from tests.support.proxies import running_proxy
 from tests.support.reasoning_upstreams import (
     TWO_TURNS,
     running_deepseek_upstream,
     running_openrouter_upstream,
 )
+from tests.support.tool_name_upstream import running_tool_name_upstream
 
 TOOLS = [{"name": name, "description": name, "input_schema": s} for name, s in TOOL_SCHEMAS.items()]
 QUESTIONS = ("read a.txt and b.txt, list the directory", "now read c.txt")
@@ -185,3 +189,64 @@ def test_count_tokens_is_an_estimate_that_says_so() -> None:
         )
         assert raw.headers["x-streamfix-token-count"] == "estimate"
         assert 100 < raw.parse().input_tokens < 400
+
+
+MCP_NAME = "mcp__filesystem_server_with_a_long_name__read_text_file_from_the_workspace"
+
+
+@pytest.mark.parametrize("rule", ["gemini", "openai"])
+def test_an_mcp_tool_name_over_64_characters_is_renamed_and_restored(rule: str) -> None:
+    """Claude Code's MCP tools (`mcp__server__tool`, often over 64 characters): the upstream
+    sees a name it accepts, the client its own name back, and the follow-up is accepted."""
+    routes = {"gemini": {"upstream.profile": "gemini"}, "openai": {"upstream.tool_names": "openai"}}
+    schema = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
+    tools = [{"name": MCP_NAME, "description": "read", "input_schema": schema}]
+    with (
+        running_tool_name_upstream(rule) as (fake, url),
+        running_proxy(url, **routes[rule]) as proxy,
+    ):
+        client = anthropic.Anthropic(base_url=proxy, api_key="k", max_retries=0)
+        messages: list[Any] = [{"role": "user", "content": "read a.txt"}]
+        first = client.messages.create(model="m", max_tokens=100, messages=messages, tools=tools)
+        (call,) = [block for block in first.content if block.type == "tool_use"]
+        assert call.name == MCP_NAME
+        assert call.input == {"path": "a.txt"}
+        messages.append({"role": "assistant", "content": first.content})
+        result = {"type": "tool_result", "tool_use_id": call.id, "content": "hello"}
+        messages.append({"role": "user", "content": [result]})
+        with client.messages.stream(
+            model="m", max_tokens=100, messages=messages, tools=tools
+        ) as events:
+            final = events.get_final_message()
+        assert final.stop_reason == "end_turn"
+        assert "hello" in final.content[0].text
+        assert fake.rejections == []
+        assert all(MCP_NAME not in json.dumps(r) for r in fake.chat_requests)
+
+
+@pytest.mark.parametrize("family", ["hermes", "qwen3_coder", "kimi_k2", "glm"])
+def test_tool_calls_written_as_text_become_tool_use_blocks(family: str) -> None:
+    """A vLLM / llama.cpp model whose tool parser missed: its markup arrives as text, the chat
+    side turns it into calls, and the Anthropic SDK gets `tool_use` blocks; the follow-up is
+    rendered the way the model's chat template wants it."""
+    tools = [
+        {"name": name, "description": name, "input_schema": schema}
+        for name, schema in MARKUP_SCHEMAS.items()
+    ]
+    with running_markup_upstream() as (fake, url), running_proxy(url) as proxy:
+        client = anthropic.Anthropic(base_url=proxy, api_key="k", max_retries=0)
+        messages: list[Any] = [{"role": "user", "content": "weather in Paris?"}]
+        with client.messages.stream(
+            model=family, max_tokens=200, messages=messages, tools=tools
+        ) as events:
+            first = events.get_final_message()
+        calls = [block for block in first.content if block.type == "tool_use"]
+        assert [(c.name, c.input) for c in calls] == [("get_weather", PARIS)]
+        assert first.stop_reason == "tool_use"
+        assert not any("<" in b.text for b in first.content if b.type == "text")
+        messages.append({"role": "assistant", "content": first.content})
+        results = [{"type": "tool_result", "tool_use_id": c.id, "content": "sunny"} for c in calls]
+        messages.append({"role": "user", "content": results})
+        final = client.messages.create(model=family, max_tokens=200, messages=messages, tools=tools)
+        assert final.stop_reason == "end_turn"
+        assert fake.rejections == []
