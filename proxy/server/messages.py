@@ -26,6 +26,7 @@ from proxy.fronts.messages.request import MessagesError, Translated, error_body,
 from proxy.repair.pipeline import RepairChain, as_chunk, is_done, is_upstream_error
 from proxy.repair.tenancy import tenant_of
 from proxy.server.delivery import SSE_HEADERS, _Closing, raw_body, repairs_header
+from proxy.server.quiet_pings import with_pings
 from proxy.server.streamed_response import StreamedResponse
 from proxy.upstream.body_decoding import Decoder, decoded, decoder_for, read_limited
 from proxy.upstream.failures import describe_failure
@@ -246,23 +247,13 @@ async def _events(
     stream or a bound exceeded with one too, and only a clean end gets `message_stop`."""
     exchange = record.exchange
     sse = SSEDecoder(max_event_bytes)
-    source = decoded(raw_body(upstream), decoder).__aiter__()
+    source = with_pings(decoded(raw_body(upstream), decoder), PING_SECONDS)
     yield b"".join(translator.start())
-    pending: asyncio.Future[bytes] | None = None
     try:
-        while True:
-            if pending is None:
-                pending = asyncio.ensure_future(anext(source))
-            done, _ = await asyncio.wait({pending}, timeout=PING_SECONDS)
-            if not done:
+        async for data in source:
+            if data is None:  # the upstream is silent
                 yield b"".join(translator.ping())
                 continue
-            try:
-                data = pending.result()
-            except StopAsyncIteration:
-                pending = None
-                break
-            pending = None
             out, ended = _process(sse.feed(data), chain, translator, exchange)
             if out:
                 yield out
@@ -279,8 +270,7 @@ async def _events(
         exchange.note("stream_aborted", "upstream stream failed: %s", type(exc).__name__)
         yield b"".join(translator.finish(message_events.Aborted(_failure_message(exc))))
     finally:
-        if pending is not None:
-            pending.cancel()
+        await source.aclose()
         exchange.count("events_split", sse.splits)
         for kind, amount in translator.counts.items():
             exchange.count(kind, amount)
