@@ -17,9 +17,9 @@ LAYERS = {
     "proxy": 0,  # the package's own __init__: a docstring and the version
     "proxy.wire": 0,
     "proxy.repair": 1,
-    "proxy.fronts": 1,  # translators around the chat core: wire and repair below them
     "proxy.settings": 2,
     "proxy.upstream": 3,
+    "proxy.fronts": 3,  # translators around the core (FRONTS.md); the server wires them
     "proxy.server": 4,
     "proxy.explain": 5,
     "proxy.doctor": 5,

@@ -1,1 +1,3 @@
-"""Fronts: other APIs' requests in, the chat core in the middle, their events out (FRONTS.md)."""
+"""Fronts: other APIs in front of the chat-completions core (FRONTS.md). A front translates its
+request into a chat request and the repaired chat stream back into its own events; it repairs
+nothing itself."""
