@@ -5,6 +5,8 @@ first byte, a stream cut mid-tool-use, a silent upstream (pings), Anthropic's er
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -181,3 +183,44 @@ def test_the_forwarded_chat_request() -> None:
         assert chat["stream_options"] == {"include_usage": True}
         assert sent.headers.get("authorization") == "Bearer k"
         assert "x-api-key" not in sent.headers and "anthropic-beta" not in sent.headers
+
+
+def test_record_then_replay_a_messages_exchange(tmp_path: Path) -> None:
+    """A Messages exchange records the chat request that went upstream and its answer; replayed
+    (the upstream gone), the same Messages request gets the same events. Message ids and
+    signatures are minted per answer, so they are left out of the comparison."""
+
+    def seen(proxy: str) -> list[Any]:
+        out = []
+        for transcript in ("gemini_indexless_call_stop", "vllm_gemma4_missing_id_name"):
+            for stream in (True, False):
+                answer = post(proxy, body(transcript, stream=stream))
+                out.append((answer.status_code, _stable(answer)))
+        # Reasoning, streamed only (the transcript has no non-streamed answer).
+        answer = post(proxy, body("openrouter_reasoning_and_reasoning_content"))
+        out.append((answer.status_code, _stable(answer)))
+        return out
+
+    with running_fake_upstream() as (fake, root):
+        with running_proxy(f"{root}/v1", **{"recording.record_dir": str(tmp_path)}) as proxy:
+            live = seen(proxy)
+        sent = len(fake.requests)
+    with running_proxy(f"{root}/v1", **{"recording.replay_dir": str(tmp_path)}) as proxy:
+        replayed = seen(proxy)
+    assert len(fake.requests) == sent
+    assert [status for status, _ in live] == [200] * 5
+    assert replayed == live
+
+
+def _stable(answer: httpx.Response) -> Any:
+    """The answer without what is minted per answer (message id, thinking signature)."""
+    if answer.headers.get("content-type", "").startswith("text/event-stream"):
+        events = parse(answer.content)
+    else:
+        events = [answer.json()]
+    text = json.dumps(events)
+    for event in events:
+        message = event.get("message", event)
+        if isinstance(message, dict) and isinstance(message.get("id"), str):
+            text = text.replace(message["id"], "MSG")
+    return json.loads(re.sub(r'"signature": "[^"]+"', '"signature": "SIG"', text))
