@@ -224,3 +224,16 @@ def _stable(answer: httpx.Response) -> Any:
         if isinstance(message, dict) and isinstance(message.get("id"), str):
             text = text.replace(message["id"], "MSG")
     return json.loads(re.sub(r'"signature": "[^"]+"', '"signature": "SIG"', text))
+
+
+def test_a_request_over_the_size_limit_is_refused_naming_the_limit() -> None:
+    """Claude Code's system prompt and tool list are long; past the limit the answer says which."""
+    with (
+        running_fake_upstream() as (fake, root),
+        running_proxy(f"{root}/v1", **{"server.max_request_bytes": 2000}) as proxy,
+    ):
+        answer = post(proxy, body("m", system="x" * 5000))
+        assert answer.status_code == 413
+        assert answer.json()["error"]["type"] == "request_too_large"
+        assert "2000" in answer.json()["error"]["message"]
+        assert not fake.requests
