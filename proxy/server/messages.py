@@ -175,8 +175,8 @@ async def messages(proxy: Proxy, request: Request) -> Response:
         response: Response = Response(
             b"".join(message_events.events_of(message)), media_type="text/event-stream"
         )
-    else:
-        response = JSONResponse(message)
+    else:  # encoded as `streamfix replay` renders it (replay.py), byte for byte
+        response = Response(json_codec.dumps(message), media_type="application/json")
     if record.client_copy is not None:  # a recording keeps what the client was sent
         record.client_copy.sent(bytes(response.body))
         await record.client_copy.save()

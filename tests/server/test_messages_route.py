@@ -4,6 +4,7 @@ first byte, a stream cut mid-tool-use, a silent upstream (pings), Anthropic's er
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from pathlib import Path
@@ -12,7 +13,9 @@ from typing import Any
 import httpx
 import pytest
 
+from proxy.replay_check import check_directory
 from proxy.server import messages as messages_route
+from proxy.settings.schema import Settings
 from tests.fronts.messages_checks import parse, violations
 from tests.support.fake_upstream import running_fake_upstream
 from tests.support.proxies import running_proxy
@@ -210,6 +213,11 @@ def test_record_then_replay_a_messages_exchange(tmp_path: Path) -> None:
     assert len(fake.requests) == sent
     assert [status for status, _ in live] == [200] * 5
     assert replayed == live
+    # `streamfix replay`: today's repairs, rendered as the Messages front renders them, give
+    # what each client was sent (its pings aside).
+    results = asyncio.run(check_directory(tmp_path, Settings()))
+    assert len(results) == 5
+    assert [(r.name, r.diff, r.violations) for r in results if not r.ok] == []
 
 
 def _stable(answer: httpx.Response) -> Any:
