@@ -19,7 +19,10 @@ import pytest
 from tests.clients.messages_node import CLAUDE, ensure_installed
 from tests.support.gemini_upstream import TextStep, running_gemini_upstream, tool_step
 from tests.support.proxies import running_proxy
-from tests.support.reasoning_upstreams import running_deepseek_upstream
+from tests.support.reasoning_upstreams import (
+    running_deepseek_upstream,
+    running_openrouter_upstream,
+)
 
 MARKERS = ("streamfix-one", "streamfix-two")
 SCRIPT_TURN = [
@@ -44,6 +47,12 @@ def upstream(kind: str) -> Iterator[tuple[Any, str, str]]:
             running_proxy(f"{root}/v1beta/openai", **{"upstream.profile": "gemini"}) as proxy,
         ):
             yield fake, proxy, "gemini-3-flash-preview"
+    elif kind == "openrouter":
+        with (
+            running_openrouter_upstream(script=SCRIPT_TURN) as (fake, root),
+            running_proxy(f"{root}/api/v1", **{"upstream.profile": "openrouter"}) as proxy,
+        ):
+            yield fake, proxy, "google/gemini-3-pro-preview"
     else:
         with (
             running_deepseek_upstream(script=SCRIPT_TURN) as (fake, root),
@@ -95,7 +104,7 @@ def tool_results(lines: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("kind", ["gemini", "deepseek"])
+@pytest.mark.parametrize("kind", ["gemini", "deepseek", "openrouter"])
 def test_claude_code_runs_bash_over_two_turns(kind: str, tmp_path: Path) -> None:
     ensure_installed()
     with upstream(kind) as (fake, proxy, model):
