@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -264,3 +266,21 @@ def test_thinking_signature_read_back_or_dropped() -> None:
     assert other_tenant.counts == {"thinking_signature_dropped": 1}
     redacted = [user("q"), assistant([{"type": "redacted_thinking", "data": "x"}]), user("y")]
     assert translate(request(messages=redacted)).counts == {"thinking_signature_dropped": 1}
+
+
+def test_golden_a_claude_code_request() -> None:
+    """A request shaped as Claude Code 2.1.332 sends it (shared/MESSAGES.md): system blocks with
+    cache_control, a system message inside messages, adaptive thinking with output_config's
+    effort, context_management, a thinking block signed by Anthropic (foreign here), a tool_use /
+    tool_result pair with cache_control, schemas with $schema and exclusiveMinimum (the route's
+    schema rules deal with those later, as for a chat client), a deferred placeholder tool."""
+    fixtures = Path(__file__).parent / "fixtures"
+    given = json.loads((fixtures / "claude_code_request.json").read_text())
+    betas = (
+        "claude-code-20250219,interleaved-thinking-2025-05-14,context-management-2025-06-27,"
+        "mid-conversation-tool-changes-2026-07-01,thinking-token-count-2026-05-13,"
+        "advanced-tool-use-2025-11-20,effort-2025-11-24,thinking-display-updates-2026-08-18"
+    )
+    translated = translate(given, {"anthropic-beta": betas})
+    assert translated.body == json.loads((fixtures / "claude_code_chat.json").read_text())
+    assert translated.counts == {"thinking_signature_dropped": 1, "messages_field_ignored": 1}

@@ -155,7 +155,8 @@ def translate(
     metadata = body.get("metadata")
     if isinstance(metadata, dict) and isinstance(metadata.get("user_id"), str):
         chat["user"] = metadata["user_id"]
-    for name in IGNORED_FIELDS:
+    used = {"output_config"} if "reasoning_effort" in chat else set()  # its effort was read
+    for name in IGNORED_FIELDS - used:
         if name in body:
             out.count("messages_field_ignored")
     return out
