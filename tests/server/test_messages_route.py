@@ -245,3 +245,23 @@ def test_a_request_over_the_size_limit_is_refused_naming_the_limit() -> None:
         assert answer.json()["error"]["type"] == "request_too_large"
         assert "2000" in answer.json()["error"]["message"]
         assert not fake.requests
+
+
+def test_a_whole_answer_to_a_streamed_request_still_goes_out_as_events() -> None:
+    completion = {
+        "id": "c1",
+        "object": "chat.completion",
+        "choices": [
+            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "hi"}}
+        ],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 1},
+    }
+    pieces = chunked("application/json", [json.dumps(completion).encode()])
+    with raw_upstream(Reply(pieces)) as fake, running_proxy(f"{fake.url}/v1") as proxy:
+        answer = post(proxy, body("m"))
+        assert answer.headers["content-type"].startswith("text/event-stream")
+        events = parse(answer.content)
+        assert violations(events) == []
+        deltas = [e["delta"] for e in events if e["type"] == "content_block_delta"]
+        assert deltas == [{"type": "text_delta", "text": "hi"}]
+        assert events[-2]["usage"] == {"input_tokens": 3, "output_tokens": 1}
