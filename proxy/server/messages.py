@@ -11,8 +11,8 @@ chat chunks. What the bridge itself did is counted on the exchange beside the re
 
 from __future__ import annotations
 
-import asyncio
 import math
+import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -100,8 +100,7 @@ async def messages(proxy: Proxy, request: Request) -> Response:
     body = translated.body
     if route.upstream.model and body.get("model") != route.upstream.model:
         body["model"] = route.upstream.model
-    loop = asyncio.get_running_loop()
-    started = loop.time()
+    started = time.monotonic()  # the clock the app's bookkeeping reads
     learning = route.upstream.learn_rejected_parameters
     recalled = await proxy.refusals.recall(route.identity, body) if learning else NOTHING
     record = proxy._record(request, request_id, body, route, recalled, started)

@@ -265,3 +265,17 @@ def test_whole_non_streamed() -> None:
     plain = whole({"choices": [{"message": {"content": "hi"}, "finish_reason": "length"}]}, "m")
     assert plain["content"] == [{"type": "text", "text": "hi"}]
     assert plain["stop_reason"] == "max_tokens"
+
+
+def test_a_call_without_a_name_or_with_arguments_that_are_no_object() -> None:
+    """ToolCallRepair names and mends every call; should one still come through without a name
+    or with arguments that are not one JSON object, the client never gets a broken block."""
+    nameless = {"index": 0, "id": "c1", "function": {"arguments": "{}"}}
+    listed = {"index": 1, "id": "c2", "function": {"name": "Bash", "arguments": "[1, 2]"}}
+    translator = MessageEvents("m", message_id="msg_1")
+    out = translator.feed(chunk({"tool_calls": [nameless, listed]}, "tool_calls"))
+    events = parse(b"".join(out + translator.finish(Clean())))
+    assert violations(events) == []
+    inputs = [e["delta"]["partial_json"] for e in events if e["type"] == "content_block_delta"]
+    assert inputs == ["{}"]
+    assert translator.counts == {"tool_call_without_name_dropped": 1, "tool_input_not_an_object": 1}
