@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -23,14 +25,15 @@ from starlette.responses import JSONResponse, Response
 from proxy.fronts import receipt_tokens
 from proxy.fronts.messages import events as message_events
 from proxy.fronts.messages.request import MessagesError, Translated, error_body, translate
+from proxy.repair.exchange import Exchange
 from proxy.repair.pipeline import RepairChain, as_chunk, is_done, is_upstream_error
+from proxy.repair.rules import RouteRules
 from proxy.repair.tenancy import tenant_of
 from proxy.server.delivery import SSE_HEADERS, _Closing, raw_body, repairs_header
 from proxy.server.quiet_pings import with_pings
 from proxy.server.streamed_response import StreamedResponse
 from proxy.upstream.body_decoding import Decoder, decoded, decoder_for, read_limited
 from proxy.upstream.failures import describe_failure
-from proxy.upstream.refusals import NOTHING
 from proxy.wire import json_codec
 from proxy.wire.limits import LimitExceeded
 from proxy.wire.sse import SSEDecoder
@@ -91,28 +94,48 @@ async def messages(proxy: Proxy, request: Request) -> Response:
     model = given.get("model") if isinstance(given, dict) else None
     route = proxy.router.route_for(model)
     scope_key = _scope_key(request, proxy, route.identity)
+
+    def read_token(token: str) -> str | None:
+        return receipt_tokens.read(token, scope_key)
+
+    def chat_request() -> Translated:
+        translated = translate(given, request.headers, read_token)
+        if route.upstream.model and translated.body.get("model") != route.upstream.model:
+            translated.body["model"] = route.upstream.model
+        return translated
+
     try:
-        translated = translate(
-            given, request.headers, lambda token: receipt_tokens.read(token, scope_key)
-        )
+        translated = chat_request()
     except MessagesError as exc:
         return _refused(proxy, request, request_id, exc, model)
     body = translated.body
-    if route.upstream.model and body.get("model") != route.upstream.model:
-        body["model"] = route.upstream.model
     started = time.monotonic()  # the clock the app's bookkeeping reads
-    learning = route.upstream.learn_rejected_parameters
-    recalled = await proxy.refusals.recall(route.identity, body) if learning else NOTHING
-    record = proxy._record(request, request_id, body, route, recalled, started)
-    exchange = record.exchange
-    for kind, amount in translated.counts.items():
-        exchange.count(kind, amount)
-    chain = proxy.chain_factory(proxy.chain_options, exchange, proxy.store)
+    rules = route.rules(body.get("model"))
+    recalled = await proxy.refusals.recall(route.identity, body, rules)
+    record = proxy._record(request, request_id, body, route, recalled.applied(rules), started)
+    _count(record.exchange, translated.counts)
+    chain = proxy.chain_factory(proxy.chain_options, record.exchange, proxy.store)
     await chain.on_request(body)
     content = json_codec.dumps(body)
-    upstream = await proxy._send(request, route, CHAT_PATH, content, record, resend=body)
+
+    async def rebuild(rules: RouteRules) -> dict[str, Any]:
+        """The request phase again from the client's Messages request, with the rules a
+        refusal called for (upstream/refusals.py), as the chat handler does."""
+        nonlocal chain
+        again = chat_request()
+        fresh = replace(record.exchange, request=again.body, rules=rules, repairs=Counter())
+        record.exchange = fresh
+        _count(fresh, again.counts)
+        chain = proxy.chain_factory(proxy.chain_options, fresh, proxy.store)
+        await chain.on_request(again.body)
+        return again.body
+
+    upstream = await proxy._send(
+        request, route, CHAT_PATH, content, record, resend=body, rebuild=rebuild
+    )
     if isinstance(upstream, Response):
         return proxy._failed(record, _anthropic_refusal(upstream))
+    exchange = record.exchange  # after the send: a resend's rebuild makes a fresh one
     status = upstream.status_code
     decoder = decoder_for(upstream.headers.get("content-encoding", ""))
     limit = proxy.settings.server.max_response_bytes
@@ -180,6 +203,12 @@ async def messages(proxy: Proxy, request: Request) -> Response:
         record.client_copy.sent(bytes(response.body))
         await record.client_copy.save()
     return _headed(response, record)
+
+
+def _count(exchange: Exchange, counts: dict[str, int]) -> None:
+    """What the translation did, on the exchange beside the repairs."""
+    for kind, amount in counts.items():
+        exchange.count(kind, amount)
 
 
 def _headed(response: Response, record: Any) -> Response:

@@ -27,6 +27,11 @@ from tests.support.raw_upstream import (
     http_head,
     raw_upstream,
 )
+from tests.support.rejecting_upstream import (
+    RejectingUpstream,
+    openai_unknown_parameter,
+    running_rejecting_upstream,
+)
 
 HEADERS = {"x-api-key": "k", "anthropic-version": "2023-06-01"}
 
@@ -265,3 +270,16 @@ def test_a_whole_answer_to_a_streamed_request_still_goes_out_as_events() -> None
         deltas = [e["delta"] for e in events if e["type"] == "content_block_delta"]
         assert deltas == [{"type": "text_delta", "text": "hi"}]
         assert events[-2]["usage"] == {"input_tokens": 3, "output_tokens": 1}
+
+
+def test_a_parameter_the_upstream_refuses_is_learned_and_the_request_sent_again() -> None:
+    """An upstream that refuses `top_k` (OpenAI's own 400): the chat path's refusal learning
+    drops it and sends the Messages request's chat request once more; the next one goes
+    without it from the start."""
+    fake = RejectingUpstream({"top_k": openai_unknown_parameter("top_k")})
+    with running_rejecting_upstream(fake) as url, running_proxy(url) as proxy:
+        for _ in range(2):
+            answer = post(proxy, body("m", top_k=5))
+            assert answer.status_code == 200
+            assert violations(parse(answer.content)) == []
+        assert ["top_k" in b for b in fake.bodies()] == [True, False, False]
