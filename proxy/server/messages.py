@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections import Counter
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -25,10 +23,10 @@ from starlette.responses import JSONResponse, Response
 from proxy.fronts import receipt_tokens
 from proxy.fronts.messages import events as message_events
 from proxy.fronts.messages.request import MessagesError, Translated, error_body, translate
-from proxy.repair.exchange import Exchange
 from proxy.repair.pipeline import RepairChain, as_chunk, is_done, is_upstream_error
 from proxy.repair.rules import RouteRules
-from proxy.repair.tenancy import tenant_of
+from proxy.repair.tally import Tally
+from proxy.repair.tenancy import ReceiptScope, tenant_of
 from proxy.server.delivery import SSE_HEADERS, _Closing, raw_body, repairs_header
 from proxy.server.quiet_pings import with_pings
 from proxy.server.streamed_response import StreamedResponse
@@ -112,30 +110,33 @@ async def messages(proxy: Proxy, request: Request) -> Response:
     started = time.monotonic()  # the clock the app's bookkeeping reads
     rules = route.rules(body.get("model"))
     recalled = await proxy.refusals.recall(route.identity, body, rules)
-    record = proxy._record(request, request_id, body, route, recalled.applied(rules), started)
-    _count(record.exchange, translated.counts)
-    chain = proxy.chain_factory(proxy.chain_options, record.exchange, proxy.store)
-    await chain.on_request(body)
-    content = json_codec.dumps(body)
+    record = proxy._record(request, request_id, body, route, started)
+    _count(record.tally, translated.counts)
+    # Phase one: the request repairs on the chat request the Messages request became.
+    scope = ReceiptScope(proxy._tenant(request), route.identity)
+    forwarded, _ = await proxy.phases.request(body, recalled.applied(rules), scope, record.tally)
+    record.forwarded = forwarded
+    content = json_codec.dumps(forwarded.body)
 
     async def rebuild(rules: RouteRules) -> dict[str, Any]:
-        """The request phase again from the client's Messages request, with the rules a
-        refusal called for (upstream/refusals.py), as the chat handler does."""
-        nonlocal chain
+        """Phase one again from the client's Messages request, with the rules a refusal
+        called for (upstream/refusals.py), as the chat handler does: a fresh tally."""
         again = chat_request()
-        fresh = replace(record.exchange, request=again.body, rules=rules, repairs=Counter())
-        record.exchange = fresh
-        _count(fresh, again.counts)
-        chain = proxy.chain_factory(proxy.chain_options, fresh, proxy.store)
-        await chain.on_request(again.body)
-        return again.body
+        record.tally = Tally(request_id)
+        _count(record.tally, again.counts)
+        record.forwarded, _ = await proxy.phases.request(again.body, rules, scope, record.tally)
+        return record.forwarded.body
 
     upstream = await proxy._send(
-        request, route, CHAT_PATH, content, record, resend=body, rebuild=rebuild
+        request, route, CHAT_PATH, content, record, resend=forwarded.body, rebuild=rebuild
     )
     if isinstance(upstream, Response):
         return proxy._failed(record, _anthropic_refusal(upstream))
-    exchange = record.exchange  # after the send: a resend's rebuild makes a fresh one
+    forwarded = record.forwarded  # a refusal's resend built it again
+    assert forwarded is not None  # set by phase one above
+    tally = record.tally
+    # Phase two: the stream links, built from what phase one decided.
+    chain = proxy.phases.stream(forwarded, tally)
     status = upstream.status_code
     decoder = decoder_for(upstream.headers.get("content-encoding", ""))
     limit = proxy.settings.server.max_response_bytes
@@ -177,7 +178,7 @@ async def messages(proxy: Proxy, request: Request) -> Response:
             headers=[
                 *SSE_HEADERS,
                 (b"x-request-id", request_id.encode("latin-1")),
-                repairs_header(exchange),
+                repairs_header(tally),
             ],
             media_type="text/event-stream",
         )
@@ -205,15 +206,15 @@ async def messages(proxy: Proxy, request: Request) -> Response:
     return _headed(response, record)
 
 
-def _count(exchange: Exchange, counts: dict[str, int]) -> None:
-    """What the translation did, on the exchange beside the repairs."""
+def _count(tally: Tally, counts: dict[str, int]) -> None:
+    """What the translation did, on the exchange's tally beside the repairs."""
     for kind, amount in counts.items():
-        exchange.count(kind, amount)
+        tally.count(kind, amount)
 
 
 def _headed(response: Response, record: Any) -> Response:
     response.headers["x-request-id"] = record.request_id
-    response.raw_headers.append(repairs_header(record.exchange))
+    response.raw_headers.append(repairs_header(record.tally))
     return response
 
 
@@ -273,7 +274,7 @@ async def _events(
     whenever nothing came for PING_SECONDS. The chat pipeline's ends, kept: the upstream's own
     error ends the stream with an `error` event (nothing invented after it), a broken-off
     stream or a bound exceeded with one too, and only a clean end gets `message_stop`."""
-    exchange = record.exchange
+    exchange = record.tally
     sse = SSEDecoder(max_event_bytes)
     source = with_pings(decoded(raw_body(upstream), decoder), PING_SECONDS)
     yield b"".join(translator.start())
