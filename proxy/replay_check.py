@@ -9,6 +9,7 @@ from pathlib import Path
 
 import httpx
 
+from proxy.fronts.messages import replay as messages_replay
 from proxy.repair.conformance import violations
 from proxy.repair.phases import Phases
 from proxy.server.app import PhasesFactory, create_app
@@ -87,14 +88,19 @@ async def check_cassette(path: Path, settings: Settings) -> CassetteResult:
     settings = settings_for(cassette, settings)
     response = await replayed(cassette, settings)
     output = response.content
+    recorded_body = cassette.client_body
+    # A Messages client's cassette: today's chat answer as the Messages front renders it.
+    as_messages = messages_replay.rendered(recorded_body, output, cassette.body_json)
+    if as_messages is not None:
+        output, recorded_body = as_messages, messages_replay.without_pings(recorded_body)
     result = CassetteResult(path.name, output=output)
-    if output != cassette.client_body:
-        recorded = cassette.client_body.decode("utf-8", "replace").splitlines()
+    if output != recorded_body:
+        recorded = recorded_body.decode("utf-8", "replace").splitlines()
         today = output.decode("utf-8", "replace").splitlines()
         result.diff = list(
             difflib.unified_diff(recorded, today, "recorded", "today", lineterm="", n=1)
         )
-    if delivery_of(cassette, response) is Mode.SSE:
+    if as_messages is None and delivery_of(cassette, response) is Mode.SSE:
         result.violations = violations(output, settings.tool_calls.emit)
     return result
 

@@ -22,6 +22,7 @@ from proxy.repair.repairs import ChainOptions
 from proxy.repair.rules import RouteRules
 from proxy.repair.tally import Tally
 from proxy.repair.tenancy import ReceiptScope, tenant_of
+from proxy.server import messages as messages_front
 from proxy.server import responses_endpoint
 from proxy.server.asgi import StreamfixApp, http_error, internal_error
 from proxy.server.auth import is_allowed
@@ -214,6 +215,13 @@ class Proxy:
     async def responses(self, request: Request) -> Response:
         """`POST /v1/responses`: the Responses front around the chat exchange."""
         return await responses_endpoint.responses(self, request)
+
+    async def messages(self, request: Request) -> Response:
+        """Anthropic's Messages API over the chat core (proxy/server/messages.py)."""
+        return await messages_front.messages(self, request)
+
+    async def count_tokens(self, request: Request) -> Response:
+        return await messages_front.count_tokens(self, request)
 
     async def passthrough(self, request: Request) -> Response:
         request_id = request.headers.get("x-request-id") or new_request_id()
@@ -442,6 +450,8 @@ def create_app(
         Route("/metrics", proxy.metrics_endpoint, methods=["GET"]),
         Route("/v1/responses", proxy.responses, methods=["POST"]),
         Route("/v1/responses/{rest:path}", responses_endpoint.not_offered),
+        Route("/v1/messages", proxy.messages, methods=["POST"]),
+        Route("/v1/messages/count_tokens", proxy.count_tokens, methods=["POST"]),
         # POST /v1/chat/completions is not here: StreamfixApp sends it straight to its handler
         # (one registration); its other methods are passthrough like any /v1/ path.
         Route(

@@ -654,6 +654,14 @@ COVERED_ELSEWHERE = {
     "responses_receipt_token_unknown": "test_a_valid_token_whose_turn_is_gone_is_counted",
     "responses_receipts_restored": "test_a_reasoning_token_restores_the_turns_receipts",
     "responses_store_failed": "test_a_failed_store_write_is_counted_and_the_answer_still",
+    # The Messages front's kinds: its request and events translators (tests/fronts/) and a
+    # real Anthropic SDK through the proxy.
+    "thinking_signature_dropped": "test_a_tampered_signature_is_dropped_and_counted",
+    "thinking_dropped": "test_thinking_budget_becomes_an_effort",
+    "anthropic_beta_unknown": "test_betas_by_table",
+    "messages_field_ignored": "test_golden_a_claude_code_request",
+    "tool_call_without_name_dropped": "test_a_call_without_a_name_or_with_arguments_that_are",
+    "tool_input_not_an_object": "test_a_call_without_a_name_or_with_arguments_that_are",
     # The parameter kinds need an upstream that refuses a parameter with its real error body
     # (tests/support/rejecting_upstream.py), and two requests for the one learned.
     "parameter_dropped": "test_each_table_rule_meets_an_upstream_that_refuses_exactly_that",

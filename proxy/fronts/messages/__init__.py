@@ -1,0 +1,1 @@
+"""Anthropic's Messages API in front of chat-completions upstreams (issue 30)."""

@@ -1,0 +1,286 @@
+"""The Messages request -> chat request translation (proxy/fronts/messages/request.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy.fronts import receipt_tokens
+from proxy.fronts.messages.request import MessagesError, effort_for_budget, translate
+
+
+def request(**fields: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": "m", "max_tokens": 100, "messages": []}
+    body.update(fields)
+    return body
+
+
+def user(content: Any) -> dict[str, Any]:
+    return {"role": "user", "content": content}
+
+
+def assistant(content: Any) -> dict[str, Any]:
+    return {"role": "assistant", "content": content}
+
+
+def refused(body: Any, headers: dict[str, str] | None = None) -> MessagesError:
+    with pytest.raises(MessagesError) as caught:
+        translate(body, headers)
+    return caught.value
+
+
+def test_system_string_and_blocks_become_one_system_message() -> None:
+    blocks = [
+        {"type": "text", "text": "a", "cache_control": {"type": "ephemeral"}},
+        {"type": "text", "text": "b"},
+    ]
+    for system, expected in (("sys", "sys"), (blocks, "a\n\nb")):
+        chat = translate(request(system=system, messages=[user("hi")])).body
+        assert chat["messages"] == [
+            {"role": "system", "content": expected},
+            {"role": "user", "content": "hi"},
+        ]
+
+
+def test_a_system_message_inside_messages_stays_in_place() -> None:
+    """Claude Code sends one after the first user turn."""
+    chat = translate(
+        request(
+            messages=[user("hi"), {"role": "system", "content": [{"type": "text", "text": "env"}]}]
+        )
+    ).body
+    assert chat["messages"][1] == {"role": "system", "content": "env"}
+
+
+def test_user_blocks_text_and_images() -> None:
+    content = [
+        {"type": "text", "text": "look"},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "QUJD"}},
+        {"type": "image", "source": {"type": "url", "url": "https://x/y.png"}},
+    ]
+    chat = translate(request(messages=[user(content)])).body
+    assert chat["messages"][0]["content"] == [
+        {"type": "text", "text": "look"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,QUJD"}},
+        {"type": "image_url", "image_url": {"url": "https://x/y.png"}},
+    ]
+
+
+def tool_turn() -> list[dict[str, Any]]:
+    return [
+        user("run it"),
+        assistant(
+            [
+                {"type": "text", "text": "ok"},
+                {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "echo"}},
+                {"type": "tool_use", "id": "toolu_2", "name": "Read", "input": {}},
+            ]
+        ),
+        user(
+            [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "hi\n"},
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_2",
+                    "is_error": True,
+                    "content": [{"type": "text", "text": "no such file"}],
+                },
+                {"type": "text", "text": "go on"},
+            ]
+        ),
+    ]
+
+
+def test_tool_use_and_tool_results_in_order() -> None:
+    chat = translate(request(messages=tool_turn())).body
+    assert chat["messages"][1:] == [
+        {
+            "role": "assistant",
+            "content": "ok",
+            "tool_calls": [
+                {
+                    "id": "toolu_1",
+                    "type": "function",
+                    "function": {"name": "Bash", "arguments": '{"command":"echo"}'},
+                },
+                {
+                    "id": "toolu_2",
+                    "type": "function",
+                    "function": {"name": "Read", "arguments": "{}"},
+                },
+            ],
+        },
+        {"role": "tool", "tool_call_id": "toolu_1", "content": "hi\n"},
+        {"role": "tool", "tool_call_id": "toolu_2", "content": "Error: no such file"},
+        {"role": "user", "content": "go on"},
+    ]
+
+
+def test_a_tool_result_for_an_id_never_issued_is_refused() -> None:
+    messages = [user([{"type": "tool_result", "tool_use_id": "toolu_9", "content": "x"}])]
+    error = refused(request(messages=messages))
+    assert error.status == 400
+    assert error.body["type"] == "error"
+    assert error.body["error"]["type"] == "invalid_request_error"
+    assert "toolu_9" in error.body["error"]["message"]
+
+
+def test_an_unknown_block_type_is_refused() -> None:
+    error = refused(request(messages=[user([{"type": "document", "source": {}}])]))
+    assert "document" in error.body["error"]["message"]
+    error = refused(request(messages=[assistant([{"type": "server_tool_use", "id": "x"}])]))
+    assert "server_tool_use" in error.body["error"]["message"]
+
+
+def test_missing_required_fields_are_refused() -> None:
+    assert "max_tokens" in refused({"model": "m", "messages": []}).body["error"]["message"]
+    assert "model" in refused({"max_tokens": 1, "messages": []}).body["error"]["message"]
+    assert refused([]).status == 400
+
+
+def test_tools_and_tool_choice() -> None:
+    tools = [
+        {
+            "name": "Bash",
+            "description": "run",
+            "input_schema": {"type": "object"},
+            "cache_control": {"type": "ephemeral"},
+        }
+    ]
+    expected_tools = [
+        {
+            "type": "function",
+            "function": {"name": "Bash", "description": "run", "parameters": {"type": "object"}},
+        }
+    ]
+    cases = {
+        "auto": "auto",
+        "any": "required",
+        "none": "none",
+    }
+    for kind, chat_choice in cases.items():
+        chat = translate(request(tools=tools, tool_choice={"type": kind})).body
+        assert chat["tools"] == expected_tools
+        assert chat["tool_choice"] == chat_choice
+    chat = translate(
+        request(
+            tools=tools,
+            tool_choice={"type": "tool", "name": "Bash", "disable_parallel_tool_use": True},
+        )
+    ).body
+    assert chat["tool_choice"] == {"type": "function", "function": {"name": "Bash"}}
+    assert chat["parallel_tool_calls"] is False
+
+
+def test_server_tools_are_refused() -> None:
+    error = refused(request(tools=[{"type": "web_search_20250305", "name": "web_search"}]))
+    assert "web_search_20250305" in error.body["error"]["message"]
+
+
+def test_sampling_limits_and_metadata() -> None:
+    chat = translate(
+        request(
+            temperature=0.2,
+            top_p=0.9,
+            top_k=40,
+            stop_sequences=["END"],
+            metadata={"user_id": "u1"},
+            stream=True,
+        )
+    ).body
+    assert chat["max_tokens"] == 100
+    assert (chat["temperature"], chat["top_p"], chat["top_k"]) == (0.2, 0.9, 40)
+    assert chat["stop"] == ["END"]
+    assert chat["user"] == "u1"
+    assert chat["stream"] is True
+    assert chat["stream_options"] == {"include_usage": True}
+    assert "stream" not in translate(request()).body
+
+
+def test_thinking_budget_becomes_an_effort() -> None:
+    assert effort_for_budget(1024) == "low"
+    assert effort_for_budget(8000) == "medium"
+    assert effort_for_budget(32000) == "high"
+    chat = translate(request(thinking={"type": "enabled", "budget_tokens": 2048})).body
+    assert chat["reasoning_effort"] == "low"
+    # Claude Code: adaptive thinking with output_config.effort
+    chat = translate(request(thinking={"type": "adaptive"}, output_config={"effort": "high"})).body
+    assert chat["reasoning_effort"] == "high"
+    assert "output_config" not in chat
+    plain = translate(request(thinking={"type": "adaptive"}))
+    assert "reasoning_effort" not in plain.body
+    assert plain.counts["thinking_dropped"] == 1
+    assert "reasoning_effort" not in translate(request(thinking={"type": "disabled"})).body
+
+
+def test_betas_by_table() -> None:
+    claude_code = (
+        "claude-code-20250219, interleaved-thinking-2025-05-14, context-management-2025-06-27,"
+        " effort-2025-11-24"
+    )
+    assert translate(request(), {"anthropic-beta": claude_code}).counts == {}
+    unknown = translate(request(), {"anthropic-beta": "something-new-2030-01-01"})
+    assert unknown.counts == {"anthropic_beta_unknown": 1}
+    error = refused(request(), {"anthropic-beta": "code-execution-2025-05-22"})
+    assert "code-execution-2025-05-22" in error.body["error"]["message"]
+
+
+def test_refused_fields() -> None:
+    assert "mcp_servers" in refused(request(mcp_servers=[{"url": "x"}])).body["error"]["message"]
+
+
+def test_thinking_signature_read_back_or_dropped() -> None:
+    scope = "tenant:upstream"
+    token = receipt_tokens.mint(scope, "turn:abc")
+    tampered = token[:-2] + ("A" if token[-2] != "A" else "B") + token[-1]
+
+    def read(signature: str) -> str | None:
+        return receipt_tokens.read(signature, scope)
+
+    def turn(signature: str) -> list[dict[str, Any]]:
+        return [
+            user("q"),
+            assistant(
+                [
+                    {"type": "thinking", "thinking": "hmm", "signature": signature},
+                    {"type": "text", "text": "a"},
+                ]
+            ),
+            user("more"),
+        ]
+
+    kept = translate(request(messages=turn(token)), read_token=read)
+    assert kept.receipt_keys == {1: "turn:abc"}
+    assert kept.counts == {}
+    assert kept.body["messages"][1] == {"role": "assistant", "content": "a"}
+    for bad in (tampered, "EqQBCkYIBxgCKkA-anthropic-signature", ""):
+        dropped = translate(request(messages=turn(bad)), read_token=read)
+        assert dropped.receipt_keys == {}
+        assert dropped.counts == {"thinking_signature_dropped": 1}
+    other_tenant = translate(
+        request(messages=turn(token)), read_token=lambda s: receipt_tokens.read(s, "other:up")
+    )
+    assert other_tenant.counts == {"thinking_signature_dropped": 1}
+    redacted = [user("q"), assistant([{"type": "redacted_thinking", "data": "x"}]), user("y")]
+    assert translate(request(messages=redacted)).counts == {"thinking_signature_dropped": 1}
+
+
+def test_golden_a_claude_code_request() -> None:
+    """A request shaped as Claude Code 2.1.332 sends it (shared/MESSAGES.md): system blocks with
+    cache_control, a system message inside messages, adaptive thinking with output_config's
+    effort, context_management, a thinking block signed by Anthropic (foreign here), a tool_use /
+    tool_result pair with cache_control, schemas with $schema and exclusiveMinimum (the route's
+    schema rules deal with those later, as for a chat client), a deferred placeholder tool."""
+    fixtures = Path(__file__).parent / "fixtures"
+    given = json.loads((fixtures / "claude_code_request.json").read_text())
+    betas = (
+        "claude-code-20250219,interleaved-thinking-2025-05-14,context-management-2025-06-27,"
+        "mid-conversation-tool-changes-2026-07-01,thinking-token-count-2026-05-13,"
+        "advanced-tool-use-2025-11-20,effort-2025-11-24,thinking-display-updates-2026-08-18"
+    )
+    translated = translate(given, {"anthropic-beta": betas})
+    assert translated.body == json.loads((fixtures / "claude_code_chat.json").read_text())
+    assert translated.counts == {"thinking_signature_dropped": 1, "messages_field_ignored": 1}
