@@ -54,7 +54,7 @@ GENERATED_ID = re.compile(r"call_[0-9a-f]{24}")
 MESSAGES = [{"role": "user", "content": "go"}]
 
 VERCEL_SDKS = sorted(SDK_VERSIONS)
-EMITS = ("atomic", "incremental")
+EMITS = ("auto", "atomic", "incremental")
 
 
 def _emits(name: str) -> tuple[str, ...]:

@@ -48,6 +48,21 @@ class ToolCall:
     def arguments(self) -> str:
         return "".join(self.fragments)
 
+    @property
+    def sent_arguments(self) -> str:
+        """The argument text the client already has: a fix may only add to it."""
+        return "".join(self.fragments[: self.sent_fragments])
+
+    def amend(self, arguments: str) -> None:
+        """Fixed arguments that begin with what was sent: what was sent stays, the rest goes
+        next (`fixable` says whether they do)."""
+        sent = self.sent_arguments
+        rest = arguments[len(sent) :]
+        self.fragments = [*self.fragments[: self.sent_fragments], *([rest] if rest else [])]
+
+    def fixable(self, arguments: str) -> bool:
+        return self.sent_fragments == 0 or arguments.startswith(self.sent_arguments)
+
     def is_bare(self) -> bool:
         """Nothing but `extra_content` so far: a signature that arrived before its call."""
         return self.id is None and self.name is None and not self.fragments
