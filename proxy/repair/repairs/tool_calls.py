@@ -49,6 +49,9 @@ class ToolCallRepair(Link):
         self._held: set[int] = set()
         """Choices (auto emission) with a call held: every later call of theirs waits too, so
         calls reach the client in index order."""
+        self._begun: set[int] = set()
+        """Relayed calls (auto emission), by identity, whose argument text
+        has begun, with `{`: later fragments need no look at what came before."""
         self._call_fixes: CallFixes | None = None
         self._choices: dict[int, CallAssembler] = {}
         self._envelope: dict[str, Any] = {}
@@ -106,6 +109,8 @@ class ToolCallRepair(Link):
         for call in assembler.add(entries):
             call.opened = True
             call.sent_fragments = len(call.fragments)
+            if call.fragments and call.fragments[-1].strip():
+                self._begun.add(id(call))  # its text opened an object: never looked at again
         return True
 
     def _relayable(self, calls: list[ToolCall], entry: Any) -> bool:
@@ -151,7 +156,7 @@ class ToolCallRepair(Link):
             and latest.index == upstream_index
             and entry.keys() == _FOLLOW_UP_KEYS
             and function.keys() == _ARGUMENTS_ONLY
-            and _opens_object(latest.arguments + arguments)
+            and (id(latest) in self._begun or _opens_object(arguments))
         )
 
     def _may_reshape(self, name: str) -> bool:

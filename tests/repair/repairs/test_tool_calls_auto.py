@@ -178,3 +178,33 @@ def test_a_call_after_a_held_one_waits_for_it() -> None:
     out = repair_stream(body, REQUEST, emit="auto")
     assert violations(out, "atomic") == []
     assert [e["index"] for e in entries_sent(out)] == [0, 1]
+
+
+def test_text_after_leading_whitespace_is_still_looked_at() -> None:
+    encoded = orjson.dumps('{"city": "Oslo"}').decode()
+    body = sse(
+        chunk({"role": "assistant", "tool_calls": [opening(0, "call_w", "get_weather")]}),
+        chunk({"tool_calls": [fragment(0, " ")]}),
+        chunk({"tool_calls": [fragment(0, encoded)]}),
+        chunk({}, "tool_calls"),
+        "[DONE]",
+    )
+    out = repair_stream(body, REQUEST, emit="auto")
+    assert violations(out, "auto") == []
+    assert orjson.loads(assembled_calls(out)[0][0]["arguments"]) == {"city": "Oslo"}
+
+
+def test_two_choices_relay_their_calls_apart() -> None:
+    def choice(index: int, delta: dict[str, Any], finish: str | None = None) -> dict:
+        return {"id": "c", "choices": [{"index": index, "delta": delta, "finish_reason": finish}]}
+
+    body = sse(
+        choice(0, {"role": "assistant", "tool_calls": [opening(0, "call_x", "get_weather")]}),
+        choice(1, {"role": "assistant", "tool_calls": [opening(0, "call_y", "get_weather")]}),
+        choice(0, {"tool_calls": [fragment(0, '{"city": "A"}')]}),
+        choice(1, {"tool_calls": [fragment(0, '{"city": "B"}')]}),
+        choice(0, {}, "tool_calls"),
+        choice(1, {}, "tool_calls"),
+        "[DONE]",
+    )
+    assert repair_stream(body, REQUEST, emit="auto") == body
