@@ -49,6 +49,8 @@ class ToolCallRepair(Link):
         self._held: set[int] = set()
         """Choices (auto emission) with a call held: every later call of theirs waits too, so
         calls reach the client in index order."""
+        self._finished: set[int] = set()
+        """Choices whose finish came: their streamed calls were mended then, if at all."""
         self._begun: set[int] = set()
         """Relayed calls (auto emission), by identity, whose argument text
         has begun, with `{`: later fragments need no look at what came before."""
@@ -69,6 +71,8 @@ class ToolCallRepair(Link):
                 changed = True
                 self._envelope = envelope(chunk)
                 before.extend(self._flush(choice_index(choice)))
+            if choice.get("finish_reason"):
+                self._finished.add(choice_index(choice))
         if not changed:
             return None
         self._envelope = envelope(chunk)
@@ -172,6 +176,7 @@ class ToolCallRepair(Link):
         return (
             self._auto
             and assembler is not None
+            and index not in self._finished
             and any(not call.arguments_complete() for call in assembler.calls)
         )
 

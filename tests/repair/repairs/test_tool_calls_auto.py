@@ -9,6 +9,7 @@ import orjson
 import pytest
 
 from proxy.repair.conformance import stream_chunks, violations
+from proxy.repair.tally import Tally
 from tests.support.openai_streams import (
     WEATHER_TOOL,
     WRITE_TOOL,
@@ -208,3 +209,16 @@ def test_two_choices_relay_their_calls_apart() -> None:
         "[DONE]",
     )
     assert repair_stream(body, REQUEST, emit="auto") == body
+
+
+def test_a_call_cut_by_length_passes_as_received_and_is_noted_once() -> None:
+    body = sse(
+        chunk({"role": "assistant", "tool_calls": [opening(0, "call_c", "get_weather")]}),
+        chunk({"tool_calls": [fragment(0, '{"city": "Pa')]}),
+        chunk({}, "length"),
+        "[DONE]",
+    )
+    tally = Tally("test")
+    out = repair_stream(body, REQUEST, emit="auto", tally=tally)
+    assert stream_chunks(out) == stream_chunks(body)
+    assert tally.repairs == {"arguments_unparseable": 1}
