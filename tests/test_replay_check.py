@@ -134,7 +134,7 @@ def test_recorded_client_output_is_the_transcripts_expected_answer(
     """The corpus check compares with what was recorded; this checks that what was recorded
     is right: the calls, text and finish reason of the transcript's `expect`."""
     out = Cassette.load(path).client_body
-    assert violations(out) == []
+    assert violations(out, "auto") == []  # recorded under the default emission
     calls, text, reasons = assembled_calls(out), content(out), finish_reasons(out)
     for want in load_transcript(transcript).meta["expect"]["choices"]:
         index = want["index"]
@@ -187,8 +187,10 @@ def test_error_cassettes_keep_status_headers_and_body() -> None:
 
 
 def test_replay_check_fails_on_a_changed_repair_and_passes_after_update(tmp_path: Path) -> None:
-    # Recorded when the proxy emitted calls incrementally; today's default is atomic.
+    # Recorded when the proxy emitted calls incrementally; replayed with emit = "atomic".
     record = tmp_path / "incremental"
+    atomic = tmp_path / "atomic.toml"
+    atomic.write_text('[tool_calls]\nemit = "atomic"\n')
     with (
         running_fake_upstream() as (_, fake_url),
         running_proxy(
@@ -201,7 +203,7 @@ def test_replay_check_fails_on_a_changed_repair_and_passes_after_update(tmp_path
     [path] = record.glob("*.json")
     incremental = Cassette.load(path).client_body
 
-    result = cli("replay", str(record))
+    result = cli("replay", str(record), "--config", str(atomic))
     assert result.returncode == 1, result.stdout + result.stderr
     assert statuses(result.stdout) == {path.name: "CHANGED"}
     assert "--- recorded" in result.stdout and "+++ today" in result.stdout
@@ -212,12 +214,12 @@ def test_replay_check_fails_on_a_changed_repair_and_passes_after_update(tmp_path
     assert "1 cassettes, 1 with differences or violations" in result.stdout
     assert Cassette.load(path).client_body == incremental  # nothing rewritten without --update
 
-    updated = cli("replay", str(record), "--update")
+    updated = cli("replay", str(record), "--update", "--config", str(atomic))
     assert updated.returncode == 0, updated.stdout + updated.stderr
     assert statuses(updated.stdout) == {path.name: "updated"}
     assert Cassette.load(path).client_body != incremental
 
-    again = cli("replay", str(record))
+    again = cli("replay", str(record), "--config", str(atomic))
     assert again.returncode == 0 and statuses(again.stdout) == {path.name: "ok"}
 
 

@@ -14,6 +14,7 @@
     cpu.py          server CPU per 10k events under a fixed load     (--phase cpu)
     growth.py       RSS over many sequential exchanges               (--phase growth)
     markup.py       the text tool-call recogniser, on against off    (--phase markup)
+    first_argument.py  time to a 20 KB call's first argument byte    (--phase first_argument)
     builds.py       this tree against earlier commits                (--against REV)
     profile.py      py-spy on streamfix under load                   (--profile SECONDS)
     report.py       the table, the ratios and the issue's goals

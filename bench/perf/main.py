@@ -37,6 +37,7 @@ from .config import (
 )
 from .correctness import correctness
 from .cpu import phase_cpu
+from .first_argument import first_argument_lines, phase_first_argument
 from .growth import phase_growth
 from .latency import phase_latency
 from .load import LoadGenerator
@@ -60,7 +61,16 @@ from .settle import Settler, settle_summary
 from .throughput import phase_throughput
 from .warmup import phase_warmup
 
-MAIN_PHASES = ("correctness", "memory", "latency", "throughput", "cpu", "growth", "markup")
+MAIN_PHASES = (
+    "correctness",
+    "memory",
+    "latency",
+    "throughput",
+    "cpu",
+    "growth",
+    "markup",
+    "first_argument",
+)
 """The phases of the full run, in order (correctness runs again after the load)."""
 PHASES = (*MAIN_PHASES, "builds")
 BUILDS_ONLY = frozenset({"builds"})
@@ -142,6 +152,11 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="streamfix-perf-"))
     status = 0
     try:
+        if "first_argument" in phases:  # its own upstream and servers: before the others start
+            results["first_argument"] = phase_first_argument(work)
+            print("\n".join(first_argument_lines(results["first_argument"])))
+            if phases == {"first_argument"}:
+                return status
         fake_port = free_port()
         fake = start(
             [

@@ -231,15 +231,20 @@ class ParameterSettings:
 
 @dataclass(frozen=True, slots=True)
 class ToolCallSettings:
-    emit: str = "atomic"
-    """"atomic": each call once, complete, before its finish chunk; "incremental": an opening
-    delta with index, id, type and name, then the argument fragments."""
+    emit: str = "auto"
+    """"auto": each call decided from the wire: one streamed as OpenAI streams it (an opening
+    delta with index, id, type and name, then its argument text) that no fix could change goes
+    on as the bytes received, fragments included; any other (no index, id or name yet, a
+    previous call still open, a schema property that may arrive double-encoded) is held, with
+    every later call of its choice, and sent as "atomic" sends it. "atomic": each call once,
+    complete, before its finish chunk; "incremental": an opening delta with index, id, type
+    and name, then the argument fragments."""
     max_buffered_bytes: int = 8 * 1024 * 1024
     """Tool-call arguments one exchange may hold while assembling calls; past it the stream
     ends with an error event (the calls cannot be delivered whole)."""
 
     def __post_init__(self) -> None:
-        one_of("emit", self.emit, ("atomic", "incremental"))
+        one_of("emit", self.emit, ("auto", "atomic", "incremental"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,8 @@ each under a real uvicorn on loopback:
 
     fake_upstream      (FakeUpstream, root URL) replaying tests/transcripts/
     upstream_base_url  "<fake root>/v1", what a client uses to skip the proxy
-    atomic_proxy       "<proxy>/v1", strict repairs, default emit (atomic)
+    auto_proxy         "<proxy>/v1", strict repairs, default emit (auto)
+    atomic_proxy       "<proxy>/v1", strict repairs, tool_calls.emit = "atomic"
     incremental_proxy  "<proxy>/v1", strict repairs, tool_calls.emit = "incremental"
     node_clients       runs `npm ci` once when node_modules is not current
 
@@ -51,9 +52,14 @@ def _serve_proxy(upstream_base_url: str, **values: Any) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def atomic_proxy(upstream_base_url: str) -> Iterator[str]:
-    assert Settings().tool_calls.emit == "atomic", "the default emit mode changed"
+def auto_proxy(upstream_base_url: str) -> Iterator[str]:
+    assert Settings().tool_calls.emit == "auto", "the default emit mode changed"
     yield from _serve_proxy(upstream_base_url)
+
+
+@pytest.fixture(scope="session")
+def atomic_proxy(upstream_base_url: str) -> Iterator[str]:
+    yield from _serve_proxy(upstream_base_url, **{"tool_calls.emit": "atomic"})
 
 
 @pytest.fixture(scope="session")

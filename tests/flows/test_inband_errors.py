@@ -27,7 +27,7 @@ from tests.support.streams import repair_stream, sse
 GROQ = "groq_event_error_midstream"
 OPENROUTER = "openrouter_error_chunk_midstream"
 ERROR_CASES = [GROQ, OPENROUTER]
-EMITS = ("atomic", "incremental")
+EMITS = ("auto", "atomic", "incremental")
 
 ENVELOPE = {"id": "chatcmpl-9", "object": "chat.completion.chunk", "created": 1, "model": "m"}
 TOOL_USE_FAILED = {"error": {"message": "Tool call validation failed", "code": "tool_use_failed"}}

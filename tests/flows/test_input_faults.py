@@ -202,7 +202,7 @@ def test_an_oversized_event_ends_that_stream_only() -> None:
             assert hostile.sent[0] < 4 * 1024 * 1024  # the proxy stopped reading early
 
             assert results["normal"] == reference  # the concurrent stream: byte for byte
-            assert violations(reference) == []
+            assert violations(reference, "auto") == []
             assert client.get(f"{proxy}/healthz").status_code == 200
             again = client.post(url, json=normal)
             assert again.content == reference

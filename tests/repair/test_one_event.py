@@ -162,13 +162,13 @@ def test_both_emit_modes_fold_to_the_same_complete_calls() -> None:
     leaked = [call("c1", '{"city": "Par'), call("c2", 'is"}{"city": "Tokyo"}'), call(None, "")]
     message = {"role": "assistant", "content": None, "tool_calls": leaked}
     bodies, counts = [], []
-    for emit in ("atomic", "incremental"):
+    for emit in ("auto", "atomic", "incremental"):
         body = completion(copy.deepcopy(message), finish="tool_calls")
         changed, exchange = repaired(body, emit)
         assert changed
         bodies.append(body)
         counts.append(dict(exchange.repairs))
-    assert bodies[0] == bodies[1] and counts[0] == counts[1]
+    assert bodies[0] == bodies[1] == bodies[2] and counts[0] == counts[1] == counts[2]
     arguments = [
         c["function"]["arguments"] for c in bodies[0]["choices"][0]["message"]["tool_calls"]
     ]

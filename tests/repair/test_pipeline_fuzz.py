@@ -109,7 +109,7 @@ def output_events(out: bytes) -> list[bytes]:
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(streams(), st.sampled_from(["atomic", "incremental"]))
+@given(streams(), st.sampled_from(["auto", "atomic", "incremental"]))
 def test_pipeline_never_raises_and_passes_untouchable_events_verbatim(case, emit) -> None:
     events, pieces = case
     out = repair_stream(b"", {"messages": []}, emit=emit, pieces=pieces)

@@ -23,7 +23,7 @@ def test_defaults_listen_on_loopback_and_forward_to_gemini() -> None:
     settings = Settings.load(None, {})
     assert (settings.server.host, settings.server.port) == ("127.0.0.1", 8080)
     assert settings.upstream.base_url == GEMINI_OPENAI_BASE_URL
-    assert settings.tool_calls.emit == "atomic"
+    assert settings.tool_calls.emit == "auto"
 
 
 def test_shipped_config_file_loads_and_matches_defaults() -> None:

@@ -23,12 +23,13 @@ def repair_stream(
     *,
     emit: str = "atomic",
     pieces: Iterable[bytes] | None = None,
+    tally: Tally | None = None,
 ) -> bytes:
     """Repair an upstream SSE body (optionally delivered as `pieces`) with a strict chain built
-    for `request` (as forwarded: no request repair runs on it)."""
+    for `request` (as forwarded: no request repair runs on it), counting on `tally`."""
     settings = Settings().with_values({"tool_calls.emit": emit})
     sent = forwarded(dict(request or {"messages": []}))
-    chain = phases(settings).stream(sent, Tally("test"))
+    chain = phases(settings).stream(sent, tally or Tally("test"))
 
     async def upstream() -> AsyncIterator[bytes]:
         for piece in pieces if pieces is not None else [raw]:

@@ -27,7 +27,7 @@ from tests.support.streams import assembled_calls, content, finish_reasons, repa
 
 MINIMAX = "minimax_single_newline_events"
 UNTERMINATED = "openai_unterminated_last_event"
-EMITS = ("atomic", "incremental")
+EMITS = ("auto", "atomic", "incremental")
 
 
 def decode(body: bytes, pieces: list[bytes] | None = None) -> tuple[list, SSEDecoder]:

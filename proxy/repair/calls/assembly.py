@@ -48,6 +48,25 @@ class ToolCall:
     def arguments(self) -> str:
         return "".join(self.fragments)
 
+    @property
+    def sent_arguments(self) -> str:
+        """The argument text the client already has: a fix may only add to it."""
+        return "".join(self.fragments[: self.sent_fragments])
+
+    def amend(self, arguments: str) -> None:
+        """Fixed arguments that begin with what was sent, or follow sent whitespace (JSON
+        allows it before a value): what was sent stays, the rest goes next (`fixable` says
+        whether they can)."""
+        sent = self.sent_arguments
+        rest = arguments[len(sent) :] if arguments.startswith(sent) else arguments
+        self.fragments = [*self.fragments[: self.sent_fragments], *([rest] if rest else [])]
+
+    def fixable(self, arguments: str) -> bool:
+        if self.sent_fragments == 0:
+            return True
+        sent = self.sent_arguments
+        return arguments.startswith(sent) or not sent.strip()
+
     def is_bare(self) -> bool:
         """Nothing but `extra_content` so far: a signature that arrived before its call."""
         return self.id is None and self.name is None and not self.fragments

@@ -138,6 +138,15 @@ class DeclaredTools:
             return None
         return _encoded(fixed) if self.check(name, fixed) is None else None
 
+    def may_reshape(self, name: str) -> bool:
+        """Whether a call of `name` could have a property decoded by `reshaped`: the schema
+        wants an object or array for one. Only the whole value can tell, so such a call cannot
+        be streamed as it arrives (ToolCallRepair's auto emission holds it)."""
+        if name not in self._schemas:
+            return False
+        properties = _properties(self._schemas[name]).values()
+        return any(_types(item) & {"object", "array"} for item in properties)
+
     def _validator(self, name: str) -> Any:
         if name not in self._validators:
             self._validators[name] = _validator_for(self._schemas[name])

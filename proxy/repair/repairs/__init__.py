@@ -46,7 +46,7 @@ class ChainOptions:
     history_repair: bool
     """`[history] repair`."""
     emit: str
-    """`[tool_calls] emit`: "atomic" or "incremental"."""
+    """`[tool_calls] emit`: "auto", "atomic" or "incremental"."""
     max_buffered_bytes: int
     """`[tool_calls] max_buffered_bytes`."""
     placeholder_on_miss: bool

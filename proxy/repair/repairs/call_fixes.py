@@ -21,7 +21,9 @@ class ArgumentMending:
     """vLLM's parsers under load let the tail of call N's arguments arrive under call N+1, and
     some upstreams send a call with empty arguments: both calls fail to parse, and clients drop
     or error on them. A choice's whole calls not yet sent get their arguments back (calls/
-    arguments.py); each change is counted by what it mended, and calls still broken are noted."""
+    arguments.py); each change is counted by what it mended, and calls still broken are noted.
+    A call the client already has part of (auto emission streamed it as received) is mended
+    only by adding to what it got: a leaked tail moves forward, so its own call only grows."""
 
     _mender = ArgumentMender()
 
@@ -38,10 +40,14 @@ class ArgumentMending:
                     "arguments_unparseable", "%d call(s) passed on as received", broken
                 )
             return
+        if not all(call.fixable(after) for call, after in zip(calls, repaired, strict=True)):
+            # A call already streamed as received would need its sent text taken back.
+            self._tally.note("arguments_unparseable", "streamed call(s) passed on as received")
+            return
         for call, before, after in zip(calls, texts, repaired, strict=True):
             if after != before:
                 self._tally.count("arguments_empty" if not before else "arguments_leak")
-                call.fragments = [after]
+                call.amend(after)
 
 
 class DoubleDecoding:
@@ -61,11 +67,11 @@ class DoubleDecoding:
         if declared is None:
             return
         reshaped = declared.reshaped(call.name, call.arguments)
-        if reshaped is None:
+        if reshaped is None or not call.fixable(reshaped):
             return
         self._tally.count("arguments_decoded_twice")
         if reshaped != call.arguments:
-            call.fragments = [reshaped]
+            call.amend(reshaped)
 
 
 class NameInference:

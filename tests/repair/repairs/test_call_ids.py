@@ -130,7 +130,7 @@ def test_parallel_calls_sharing_one_id_in_a_stream_both_arrive_renamed() -> None
         {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
         "[DONE]",
     )
-    for emit in ("atomic", "incremental"):
+    for emit in ("auto", "atomic", "incremental"):
         calls = assembled_calls(repair_stream(body, {"messages": []}, emit=emit))[0]
         assert [(c["id"], c["arguments"]) for c in calls] == [
             (same, '{"query":"a"}'),

@@ -34,7 +34,7 @@ ROLE_CASES = [
     "openai_no_role",
     "gemini_indexless_call_stop",
 ]
-EMITS = ("atomic", "incremental")
+EMITS = ("auto", "atomic", "incremental")
 
 
 def chunk(*choices: dict[str, Any]) -> dict[str, Any]:

@@ -75,7 +75,7 @@ def normalized(calls: list[dict]) -> list[tuple]:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(tool_call_streams(), st.sampled_from(["atomic", "incremental"]))
+@given(tool_call_streams(), st.sampled_from(["auto", "atomic", "incremental"]))
 def test_fragments_reassemble_to_the_same_calls(case, emit) -> None:
     calls, _, pieces = case
     out = repair_stream(b"", emit=emit, pieces=pieces)
@@ -85,7 +85,7 @@ def test_fragments_reassemble_to_the_same_calls(case, emit) -> None:
 
 
 @settings(max_examples=100, deadline=None)
-@given(tool_call_streams(), st.sampled_from(["atomic", "incremental"]))
+@given(tool_call_streams(), st.sampled_from(["auto", "atomic", "incremental"]))
 def test_repairing_repaired_output_changes_nothing(case, emit) -> None:
     _, body, _ = case
     once = repair_stream(body, emit=emit)
