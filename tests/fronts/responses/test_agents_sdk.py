@@ -10,13 +10,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import agents  # openai-agents, in the test extra: a missing install fails, never skips
 import pytest
+from openai import AsyncOpenAI
 
-agents = pytest.importorskip("agents", reason="openai-agents (the test extra) is not installed")
-
-from openai import AsyncOpenAI  # noqa: E402
-
-from tests.support.reasoning_flows import (  # noqa: E402
+from tests.support.reasoning_flows import (
     FINAL_TEXTS,
     PROVIDERS,
     QUESTIONS,
