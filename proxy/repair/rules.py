@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 from proxy.repair.calls.tool_names import TOOL_NAME_RULES
-from proxy.repair.config_values import one_of
+from proxy.repair.config_values import ConfigError, one_of
 from proxy.repair.dialects.schemas import DIALECTS
 from proxy.repair.markup.rules import REASONING_FIELDS, MarkupRules
 from proxy.repair.profiles import (
@@ -31,9 +31,11 @@ LEARNABLE_KEYS = (
     "schema_dialect",
     "tool_names",
     *(rule.name for rule in fields(MessageRules)),
+    "think_opened_by_template",
 )
-"""The keys an upstream's refusal may set for a route while they are "auto"
-(proxy/upstream/refusal_rules.py): a key set explicitly, to any value, is never learned."""
+"""The keys the upstream may teach a route while they are "auto": by its refusal
+(proxy/upstream/refusal_rules.py), or by its answers (`think_opened_by_template`,
+proxy/upstream/answer_rules.py). A key set explicitly, to any value, is never learned."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,8 +54,10 @@ class RouteRuleKeys:
     as text, into the reasoning field."""
     reasoning_field: str = "reasoning_content"
     """Where that reasoning goes: "reasoning_content", "reasoning" or "both"."""
-    think_opened_by_template: bool = False
-    """The chat template opens `<think>` itself: content starts as reasoning until `</think>`."""
+    think_opened_by_template: bool | str = "auto"
+    """The chat template opens `<think>` itself: content starts as reasoning until `</think>`.
+    "auto" (false until learned): once an upstream and model answer with a `</think>` nothing
+    opened, it is true for them for `[parameters] ttl_seconds`."""
     schema_dialect: str = "auto"
     """The JSON Schema dialect tool parameters are rewritten into: "auto" (the profile's:
     gemini and vertex "gemini", kimi "moonshot", others none), "none", "gemini", "moonshot".
@@ -89,6 +93,8 @@ class RouteRuleKeys:
     drop it up front for this upstream and model for `[parameters] ttl_seconds`."""
 
     def __post_init__(self) -> None:
+        opened = _flag_or_auto("think_opened_by_template", self.think_opened_by_template)
+        object.__setattr__(self, "think_opened_by_template", opened)  # "true" from the env
         one_of("reasoning_field", self.reasoning_field, REASONING_FIELDS)
         one_of("schema_dialect", self.schema_dialect, SCHEMA_DIALECT_NAMES)
         one_of("developer_role", self.developer_role, ("auto", *DEVELOPER_ROLES))
@@ -139,10 +145,26 @@ def resolve(keys: RouteRuleKeys, profile: ProviderProfile) -> RouteRules:
                 for rule in fields(MessageRules)
             }
         ),
-        markup=MarkupRules(**{rule.name: getattr(keys, rule.name) for rule in fields(MarkupRules)}),
+        markup=MarkupRules(
+            text_tool_calls=keys.text_tool_calls,
+            text_reasoning=keys.text_reasoning,
+            reasoning_field=keys.reasoning_field,
+            think_opened_by_template=keys.think_opened_by_template is True,  # "auto": not yet
+        ),
         learn_rejected_parameters=keys.learn_rejected_parameters,
         learnable=frozenset(key for key in LEARNABLE_KEYS if getattr(keys, key) == "auto"),
     )
+
+
+def _flag_or_auto(key: str, value: bool | str) -> bool | str:
+    """A bool key that may also be "auto" (its type is not the settings' plain bool, so a
+    string from the environment or a flag is read here)."""
+    if isinstance(value, bool) or value == "auto":
+        return value
+    said = str(value).strip().lower()
+    if said in ("true", "false"):
+        return said == "true"
+    raise ConfigError(f'{key}: must be true, false or "auto", got {value!r}')
 
 
 def _resolved(configured: str, profiles: str) -> str:

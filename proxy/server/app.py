@@ -190,13 +190,25 @@ class Proxy:
         assert decoder is not None  # delivery_mode relays what has none
         # Phase two: the stream links, built from what phase one decided.
         chain = self.phases.stream(forwarded, record.tally)
+
+        def answered() -> None:
+            """The exchange's end, after what its answer taught (upstream/answer_rules.py)."""
+            assert forwarded is not None
+            learned = self.refusals.answered(
+                route.identity, forwarded.body.get("model"), forwarded.rules, record.tally.repairs
+            )
+            if learned is not None:
+                record.tally.count(learned.kind, 1)
+                log_learned(logger, record, learned)
+            self._finished(record, status)
+
         client_headers = self._client_headers(upstream, request_id, decoded=True)
         if delivery.mode is Mode.SSE:
             self.metrics.active_streams.inc()
 
             def stream_closed() -> None:
                 self.metrics.active_streams.dec()
-                self._finished(record, status)
+                answered()
 
             limit = self.settings.server.max_event_bytes
             return repaired_sse(
@@ -209,7 +221,7 @@ class Proxy:
             client_headers,
             decoder,
             self.settings.server.max_response_bytes,
-            lambda: self._finished(record, status),
+            answered,
         )
 
     async def responses(self, request: Request) -> Response:

@@ -86,5 +86,6 @@ def learned_in_redis(url: str, identity: str) -> list[str] | None:
             said = {}
         model = said.get("model", "a model") if isinstance(said, dict) else "a model"
         status = said.get("status", "?") if isinstance(said, dict) else "?"
-        shown.append(f"{name} (model {model}, refused with {status})")
+        how = "answered" if status == 200 else "refused"  # an answer rule's (answer_rules.py)
+        shown.append(f"{name} (model {model}, {how} with {status})")
     return shown

@@ -33,6 +33,7 @@ import httpx
 
 from proxy.repair.rules import RouteRules
 from proxy.settings.schema import Settings
+from proxy.upstream.answer_rules import TEMPLATE_OPENS_THINK
 from proxy.upstream.parameter_fallback import PARAMETERS
 from proxy.upstream.refusal_memory import RefusalMemory, open_memory
 from proxy.upstream.refusal_reading import read_refusal, resent
@@ -76,9 +77,10 @@ class RefusalRule(Protocol):
         model, so the repairs leave it out up front."""
 
 
-RULES: tuple[RefusalRule, ...] = (PARAMETERS, *REQUEST_RULES)
+RULES: tuple[RefusalRule, ...] = (PARAMETERS, *REQUEST_RULES, TEMPLATE_OPENS_THINK)
 """Every refusal learned, in the order their detection is tried (the first that names
-something in the request is the one acted on)."""
+something in the request is the one acted on); last, the rule an answer teaches
+(answer_rules.py), which no refusal calls for."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +119,9 @@ failure (the app's own error response), which is passed on as it is."""
 Rebuild = Callable[[RouteRules], Awaitable[dict[str, Any]]]
 """The forwarded body built again from the client's request by the request phase, with these
 rules (the app's: only it knows the repairs, and its answer side must know what went up)."""
+
+ANSWERED = 200
+"""The status remembered beside what an answer (not a refusal) taught."""
 
 EVERY_RULE = RouteRules()
 """A route with every key "auto": every rule learns (what a caller without rules gets)."""
@@ -188,6 +193,18 @@ class RefusalLearning:
         self.memory.remember(identity, body.get("model"), keys, status)
         learned = Learned(rule, status, keys, self.memory.ttl_seconds)
         return await dispatch(resent(outgoing, json_codec.dumps(again))), learned
+
+    def answered(
+        self, identity: str, model: object, rules: RouteRules, repairs: Mapping[str, int]
+    ) -> Learned | None:
+        """After an exchange (sent with `rules`, counted `repairs`): what its answer showed
+        that the route learns (answer_rules.py), remembered like a refusal; else None."""
+        rule = TEMPLATE_OPENS_THINK
+        if not (rule.shows(repairs) and rule.learns(rules)):
+            return None
+        keys = (rule.memory_key,)
+        self.memory.remember(identity, model, keys, ANSWERED)
+        return Learned(rule, ANSWERED, keys, self.memory.ttl_seconds)
 
     async def aclose(self) -> None:
         await self.memory.aclose()
