@@ -13,9 +13,10 @@ from typing import Any
 import httpx
 import orjson
 
-from proxy.doctor import recorded
+from proxy.doctor import native_responses, recorded
 from proxy.doctor.checks import CHECKS, Check, Context
 from proxy.doctor.examine import Answer, problems, read_answer
+from proxy.doctor.native_responses import NativeResponses
 from proxy.doctor.probe import (
     DOCTOR_TENANT,
     AnsweringTransport,
@@ -66,7 +67,7 @@ def run_doctor(options: Options) -> int:
         key = _key(options.api_key_env)
         if not _confirmed(options):
             return 2
-        rows = asyncio.run(_live(options, key))
+        rows, native = asyncio.run(_live(options, key))
         upstream, model = options.upstream, options.model
     except Refused as exc:
         print(f"streamfix doctor: {exc}", file=sys.stderr)
@@ -75,9 +76,10 @@ def run_doctor(options: Options) -> int:
     config = suggested(upstream, model, rows, options.api_key_env, options.route)
     if options.json:
         document = as_json(upstream, model, rows, config)
+        document["native_responses"] = native.as_json()
         text = orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n"
     else:
-        text = as_text(upstream, model, rows, config, _colour())
+        text = as_text(upstream, model, rows, config, _colour(), [native.note])
     # An upstream's error may quote the key it was sent; the report never does.
     print(text.replace(key, MASK) if key else text, end="")
     return 1 if any(row.verdict == "not_fixable" for row in rows) else 0
@@ -104,6 +106,9 @@ def _confirmed(options: Options) -> bool:
     plan.append(f"(model {options.model}, max_tokens 64 at most each, plus one more per request")
     plan.append("a repair changes), and nowhere else:")
     plan += [f"  {n}. {check.name}: {check.asks}" for n, check in enumerate(CHECKS, 1)]
+    responses = f"{masked_url(options.upstream.rstrip('/'))}/responses"
+    plan.append(f"plus one request to {responses} whose `input` is a number: a native")
+    plan.append("Responses API refuses it without generating, which tells whether there is one.")
     print("\n".join(plan), file=sys.stderr)
     if options.yes:
         return True
@@ -131,14 +136,14 @@ TIME_LIMIT_FACTOR = 8
 """The whole run may take this many times the per-request timeout."""
 
 
-async def _live(options: Options, key: str) -> list[Row]:
+async def _live(options: Options, key: str) -> tuple[list[Row], NativeResponses]:
     base_url = options.upstream.rstrip("/")
     url = f"{base_url}/chat/completions"
     headers = {"content-type": "application/json"}
     if key:
         headers["authorization"] = f"Bearer {key}"
     # Each check once direct, once more when a repair changed it, and once per suggested key.
-    budget = 2 * len(CHECKS) + len(HELPFUL_KEYS)
+    budget = 2 * len(CHECKS) + len(HELPFUL_KEYS) + 1  # and the native /responses probe
     limits = Limits(options.timeout, options.timeout * TIME_LIMIT_FACTOR, budget)
     context = Context(options.model)
     transport = AnsweringTransport(base_url, limits, headers.get("authorization", ""))
@@ -151,10 +156,11 @@ async def _live(options: Options, key: str) -> list[Row]:
             for check in CHECKS:
                 row = await _one(check, context, direct, proxy, transport, url, headers, limits)
                 rows.append(row)
+            native = await native_responses.probe(direct, base_url, headers, options.model, limits)
         await _try_suggestions(options, rows, transport)
     finally:
         await transport.close()
-    return rows
+    return rows, native
 
 
 async def _try_suggestions(

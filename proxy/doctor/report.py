@@ -137,11 +137,18 @@ _COLOURS = {FINE: "32", FIXED: "33", NOT_FIXABLE: "31"}
 
 
 def as_text(
-    upstream: str, model: str, rows: list[Row], config: dict[str, Any], colour: bool
+    upstream: str,
+    model: str,
+    rows: list[Row],
+    config: dict[str, Any],
+    colour: bool,
+    notes: list[str] | None = None,
 ) -> str:
     lines = [f"streamfix doctor: {upstream}, model {model}", ""]
     lines += row_lines(rows, colour)
     lines += ["", totals(rows), ""]
+    lines += [f"note: {note}" for note in notes or ()]
+    lines += [""] if notes else []
     lines.append("# Suggested configuration for this upstream (paste into streamfix.toml):")
     lines.append(dumps(config).rstrip("\n"))
     return "\n".join(lines) + "\n"

@@ -7,8 +7,6 @@ tool_use/tool_result pairs as it kept them. The upstream accepting every request
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.clients.messages_node import CLAUDE, ensure_installed
+from tests.clients.messages_node import claude_environment, ensure_installed, run_claude
 from tests.support.gemini_upstream import TextStep, running_gemini_upstream, tool_step
 from tests.support.proxies import running_proxy
 from tests.support.reasoning_upstreams import (
@@ -62,35 +60,9 @@ def upstream(kind: str) -> Iterator[tuple[Any, str, str]]:
 
 
 def claude(proxy: str, model: str, home: Path, prompt: str, *more: str) -> list[dict[str, Any]]:
-    environment = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(home),
-        "CLAUDE_CONFIG_DIR": str(home / ".claude"),
-        "TMPDIR": str(home),
-        "ANTHROPIC_BASE_URL": proxy,
-        "ANTHROPIC_API_KEY": "dummy-key",
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-        "DISABLE_TELEMETRY": "1",
-        "DISABLE_ERROR_REPORTING": "1",
-        "DISABLE_AUTOUPDATER": "1",
-        "DISABLE_BUG_COMMAND": "1",
-        "DISABLE_INSTALLATION_CHECKS": "1",
-        "CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY": "1",
-        "CLAUDE_CODE_DISABLE_TERMINAL_TITLE": "1",
-        "ANTHROPIC_DEFAULT_HAIKU_MODEL": "side",
-        "ANTHROPIC_SMALL_FAST_MODEL": "side",
-        "CLAUDE_CODE_MAX_RETRIES": "0",
-    }
-    if os.geteuid() == 0:
-        environment["IS_SANDBOX"] = "1"  # root may skip permissions only in a sandbox
-    command = [str(CLAUDE), "-p", prompt, "--model", model, "--output-format", "stream-json"]
-    command += ["--verbose", "--dangerously-skip-permissions", *more]
-    done = subprocess.run(
-        command, cwd=home, env=environment, capture_output=True, text=True, timeout=240, check=False
-    )
-    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    assert lines, f"exit {done.returncode}: {done.stderr[-2000:]}"
-    return lines
+    environment = claude_environment(proxy, home)
+    environment["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] = "1"
+    return run_claude(model, home, environment, prompt, *more)
 
 
 def tool_results(lines: list[dict[str, Any]]) -> list[str]:

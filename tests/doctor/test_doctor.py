@@ -66,7 +66,13 @@ def test_a_clean_upstream_gets_no_complaint(capsys: pytest.CaptureFixture[str]) 
     document = doctor_json(upstreams.OPENAI, capsys)
     assert verdicts(document) == dict.fromkeys(NAMES, "fine")
     assert document["exit"] == 0
-    assert set(document) - {"exit", "fake"} == {"upstream", "model", "checks", "config"}
+    assert set(document) - {"exit", "fake"} == {
+        "upstream",
+        "model",
+        "checks",
+        "config",
+        "native_responses",
+    }
     assert set(document["checks"][0]) == {"name", "observed", "breaks", "streamfix", "verdict"}
     assert document["model"] == "m"
     assert document["config"] == {
@@ -210,7 +216,8 @@ def test_nothing_is_sent_without_yes(tmp_path: Path) -> None:
             timeout=60,
         )
     assert result.returncode == 2
-    assert fake.requests == []
+    assert fake.requests == [] and fake.responses_requests == []
+    assert f"one request to {url}/responses whose `input` is a number" in result.stderr
     assert f"would send {len(NAMES)} requests" in result.stderr
     assert "dotted_tool_name" in result.stderr
     assert "nothing sent (pass --yes to send)" in result.stderr

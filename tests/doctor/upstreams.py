@@ -18,12 +18,19 @@ real upstream's behaviour with its real error body:
   parameter refused in QuantumNous/new-api#418); or taking it and sending no usage.
 - Cut with `stop`: an answer cut at `max_tokens` ended with "stop" (llm-d/llm-d-inference-sim
   #29, huggingface/transformers#42157), or with no finish at all.
+- A native `POST /v1/responses` (`native_responses`), refusing the doctor's probe (`input` a
+  number) as OpenAI does, a 400 `invalid_type` with `param: "input"` ("openai"; the wording of
+  OpenAI's `Invalid type for 'input': expected …, but got … instead.`), or as a vLLM-based
+  server does, its pydantic errors in the message ("vllm"; MiaAI-Lab/DeepSeek-v4-Flash-DSpark
+  -2x-DGX-Spark#138). Without one, the path gets Starlette's own 404 `Not Found`, as an app
+  without the route answers.
 - OpenAI-like: none of these; usage sent when asked for, a cut reported as `length`. With
   `fragments`, each call streams exactly as OpenAI streams it: an opening delta with index, id,
   type, name and empty arguments, then the arguments in several fragments carrying only the
   index.
 
-Every request is kept (`requests`), so a test can show nothing was sent.
+Every request is kept (`requests`, and `responses_requests` for `/v1/responses`), so a test
+can show nothing was sent.
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from tests.support.reasoning_upstreams import DEEPSEEK_MESSAGE
@@ -71,6 +78,8 @@ class Quirks:
     """How an answer cut at `max_tokens` 1 ends: "length", "stop" or "none" (no finish)."""
     fragments: bool = False
     """Stream each call's arguments in fragments after its opening delta, as OpenAI does."""
+    native_responses: str = ""
+    """A native /v1/responses: "" none, "openai" or "vllm" (how it refuses a bad `input`)."""
 
 
 GEMINI = Quirks(index=False, stop_after_calls=True, rejects_additional_properties=True)
@@ -106,11 +115,15 @@ class FakeUpstream:
     quirks: Quirks
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
+    responses_requests: list[dict[str, Any]] = field(default_factory=list)
     rounds: int = 0
 
     def app(self) -> Starlette:
         middleware = [Middleware(GZipMiddleware, minimum_size=0)] if self.quirks.gzip else []
-        routes = [Route("/v1/chat/completions", self.chat, methods=["POST"])]
+        routes = [
+            Route("/v1/chat/completions", self.chat, methods=["POST"]),
+            Route("/v1/responses", self.responses, methods=["POST"]),
+        ]
         return Starlette(routes=routes, middleware=middleware)
 
     async def chat(self, request: Request) -> Response:
@@ -128,6 +141,37 @@ class FakeUpstream:
         if body.get("stream"):
             return Response(self._stream(body, calls), media_type="text/event-stream")
         return Response(orjson.dumps(self._json(body, calls)), media_type="application/json")
+
+    async def responses(self, request: Request) -> Response:
+        body = orjson.loads(await request.body())
+        self.responses_requests.append(body)
+        if not self.quirks.native_responses:
+            return PlainTextResponse("Not Found", 404)  # Starlette's answer for no route
+        given = body.get("input")
+        if not isinstance(given, str | list):
+            kind = "an integer" if isinstance(given, int) else type(given).__name__
+            if self.quirks.native_responses == "vllm":
+                message = (
+                    "2 validation errors:\n  {'type': 'string_type', 'loc': ('body', 'input', "
+                    f"'str'), 'msg': 'Input should be a valid string', 'input': {given!r}}}\n  "
+                    "{'type': 'list_type', 'loc': ('body', 'input', 'list[...]'), 'msg': "
+                    f"'Input should be a valid list', 'input': {given!r}}}"
+                )
+                error = {"message": message, "type": "BadRequestError", "param": None}
+                content = orjson.dumps({"error": {**error, "code": 400}})
+                return Response(content, 400, media_type="application/json")
+            error = {
+                "message": "Invalid type for 'input': expected one of a string or array of "
+                f"input items, but got {kind} instead.",
+                "type": "invalid_request_error",
+                "param": "input",
+                "code": "invalid_type",
+            }
+            return Response(orjson.dumps({"error": error}), 400, media_type="application/json")
+        text = {"type": "output_text", "text": "Hello", "annotations": []}
+        output = {"type": "message", "id": "msg_doctor", "role": "assistant", "content": [text]}
+        answer = {"id": "resp_doctor", "object": "response", "status": "completed"}
+        return Response(orjson.dumps({**answer, "output": [output]}), media_type="application/json")
 
     def _refusal(self, body: dict[str, Any]) -> Response | None:
         tools = body.get("tools") or []

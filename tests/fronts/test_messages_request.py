@@ -216,6 +216,27 @@ def test_thinking_budget_becomes_an_effort() -> None:
     assert "reasoning_effort" not in translate(request(thinking={"type": "disabled"})).body
 
 
+def test_structured_output_becomes_a_json_schema_response_format() -> None:
+    """Claude Code's session-title request: output_config carries its effort and a format."""
+    schema = {
+        "type": "object",
+        "properties": {"title": {"type": "string"}},
+        "required": ["title"],
+        "additionalProperties": False,
+    }
+    expected = {"type": "json_schema", "json_schema": {"name": "output", "schema": schema}}
+    fmt = {"type": "json_schema", "schema": schema}
+    titled = translate(request(output_config={"effort": "high", "format": fmt}))
+    assert titled.body["response_format"] == expected
+    assert titled.counts == {}  # the format was read: output_config is not ignored
+    beta = translate(request(output_format=fmt)).body  # the structured-outputs beta's field
+    assert beta["response_format"] == expected
+    assert "response_format" not in translate(request(output_config={"effort": "low"})).body
+    for bad in ({"type": "json_object"}, {"type": "json_schema"}, "json"):
+        error = refused(request(output_config={"format": bad}))
+        assert error.body["error"]["message"].startswith("output_config.format:")
+
+
 def test_betas_by_table() -> None:
     claude_code = (
         "claude-code-20250219, interleaved-thinking-2025-05-14, context-management-2025-06-27,"

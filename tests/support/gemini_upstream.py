@@ -16,7 +16,9 @@ It plays Google's `/v1beta/openai/chat/completions` closely enough for multi-ste
 - **Answers** come from a script: step k of the current turn (k = how many assistant tool-call
   messages the turn already has) answers with `script[k]` (the last entry when k runs past the
   end). A `ToolStep` issues fresh ids and one fresh signature, on the first call only; a
-  `TextStep` answers text and signs it on a last delta with `content: null`.
+  `TextStep` answers text and signs it on a last delta with `content: null`. A model named in
+  `answers_by_model` (a client's small fast model, for its side requests) is answered apart
+  from the script: text from its function of the request body, signed the same way.
 - **Streaming exactly as Gemini does:** tool-call deltas without `index`, one call per chunk
   (or a parallel batch in one chunk, `parallel_in_one_chunk`),
   `role` repeated on every delta, `finish_reason: "stop"` even after calls, `usage` on chunks,
@@ -214,6 +216,9 @@ class GeminiUpstream:
         one chunk per call (Gemini does both).
     seed: seeds the id generator.
     namespace: "google" (the compat endpoint) or "vertex" (a Vertex-shaped upstream).
+    answers_by_model: model -> the text answer to a request naming it (from its body, e.g. JSON
+        when it carries a `response_format`, as a constrained model writes), apart from the
+        script.
     """
 
     script: list[Step] = field(default_factory=lambda: list(THREE_STEPS))
@@ -223,6 +228,7 @@ class GeminiUpstream:
     namespace: str = "google"
     """Under `extra_content.<namespace>` the signatures go out: "vertex" plays a Vertex-shaped
     upstream."""
+    answers_by_model: dict[str, Callable[[dict[str, Any]], str]] = field(default_factory=dict)
     requests: list[RecordedRequest] = field(default_factory=list)
     issued: dict[str, str] = field(default_factory=dict)
     """call id -> the signature issued with it (the latest, if an id was issued twice)."""
@@ -272,6 +278,9 @@ class GeminiUpstream:
             return self._reject(exc.message)
         k = steps_in_current_turn(messages)
         step = self.script[min(k, len(self.script) - 1)]
+        side = self.answers_by_model.get(str(body.get("model")))
+        if side is not None:
+            step = TextStep(side(body))
         model = str(body.get("model", "gemini-3-flash-preview"))
         if body.get("stream"):
             events = self._stream(tenant, k, step, model)

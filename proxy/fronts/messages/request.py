@@ -152,10 +152,12 @@ def translate(
     _sampling(body, chat)
     _tools(body, chat)
     _thinking(body, chat, out)
+    structured = _output_format(body, chat)
     metadata = body.get("metadata")
     if isinstance(metadata, dict) and isinstance(metadata.get("user_id"), str):
         chat["user"] = metadata["user_id"]
-    used = {"output_config"} if "reasoning_effort" in chat else set()  # its effort was read
+    # output_config is used when its effort or its format was read.
+    used = {"output_config"} if "reasoning_effort" in chat or structured else set()
     for name in IGNORED_FIELDS - used:
         if name in body:
             out.count("messages_field_ignored")
@@ -361,6 +363,31 @@ def _sampling(body: dict[str, Any], chat: dict[str, Any]) -> None:
         if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
             raise MessagesError("stop_sequences: must be a list of strings")
         chat["stop"] = stops
+
+
+def _output_format(body: dict[str, Any], chat: dict[str, Any]) -> bool:
+    """Structured outputs (`output_config.format`, or the beta's top-level `output_format`):
+    `{"type": "json_schema", "schema": ...}` becomes chat's `response_format` json_schema, so
+    the answer is the JSON the client parses (Claude Code's session titles are; dropped, the
+    upstream answers prose and the title comes back null). Returns whether one was read."""
+    config = body.get("output_config")
+    given = config.get("format") if isinstance(config, dict) else None
+    where = "output_config.format"
+    if given is None:
+        given, where = body.get("output_format"), "output_format"
+    if given is None:
+        return False
+    if (
+        not isinstance(given, dict)
+        or given.get("type") != "json_schema"
+        or not isinstance(given.get("schema"), dict)
+    ):
+        raise MessagesError(f'{where}: must be {{"type": "json_schema", "schema": {{...}}}}')
+    # Chat's json_schema needs a name; Anthropic's format has none. `strict` is left unset: an
+    # upstream enforcing it refuses schemas that Anthropic accepts (optional properties).
+    schema = {"name": "output", "schema": given["schema"]}
+    chat["response_format"] = {"type": "json_schema", "json_schema": schema}
+    return True
 
 
 def _tools(body: dict[str, Any], chat: dict[str, Any]) -> None:

@@ -61,38 +61,55 @@ def _install() -> None:
 
 
 def run_codex(
-    base_url: str, model: str, prompt: str, key: str = "sk-codex"
+    base_url: str,
+    model: str,
+    prompt: str,
+    key: str = "sk-codex",
+    *,
+    work: Path | None = None,
+    home: Path | None = None,
+    config: tuple[str, ...] = (),
 ) -> list[dict[str, Any]]:
-    """One `codex exec` run; its `--json` events."""
+    """One `codex exec` run; its `--json` events. `work` is the workspace and `home` Codex's
+    CODEX_HOME (temporary ones when None); each of `config` is one more `-c key=value`
+    override."""
+    if work is None or home is None:
+        with tempfile.TemporaryDirectory() as temporary:
+            work = work or Path(temporary) / "work"
+            home = home or Path(temporary) / "home"
+            work.mkdir(exist_ok=True)
+            home.mkdir(exist_ok=True)
+            return run_codex(base_url, model, prompt, key, work=work, home=home, config=config)
     provider = (
         f'{{name="sf",base_url="{base_url}",wire_api="responses",env_key="SF_CODEX_KEY",'
         "supports_websockets=false,request_max_retries=0,stream_max_retries=0}"
     )
-    with tempfile.TemporaryDirectory() as home, tempfile.TemporaryDirectory() as work:
-        env = environment({**os.environ, "CODEX_HOME": home, "SF_CODEX_KEY": key})
-        done = subprocess.run(
-            [
-                codex_binary(),
-                "exec",
-                "--skip-git-repo-check",
-                "--json",
-                "--dangerously-bypass-approvals-and-sandbox",
-                "-m",
-                model,
-                "-c",
-                'model_provider="sf"',
-                "-c",
-                f"model_providers.sf={provider}",
-                prompt,
-            ],
-            cwd=work,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=180,
-            stdin=subprocess.DEVNULL,
-            check=False,
-        )
+    overrides = [part for value in config for part in ("-c", value)]
+    env = environment({**os.environ, "CODEX_HOME": str(home), "SF_CODEX_KEY": key})
+    done = subprocess.run(
+        [
+            codex_binary(),
+            "exec",
+            "--skip-git-repo-check",
+            "--json",
+            "--dangerously-bypass-approvals-and-sandbox",
+            "-m",
+            model,
+            "-c",
+            'model_provider="sf"',
+            "-c",
+            f"model_providers.sf={provider}",
+            *overrides,
+            prompt,
+        ],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
     events = []
     for line in done.stdout.splitlines():
         if line.startswith("{"):
@@ -107,3 +124,44 @@ def completed_items(events: list[dict[str, Any]], kind: str) -> list[dict[str, A
         for e in events
         if e.get("type") == "item.completed" and e["item"].get("type") == kind
     ]
+
+
+def model_catalog(directory: Path, model: str) -> str:
+    """A `-c model_catalog_json=...` override that makes Codex offer `model` its freeform
+    `apply_patch` tool (a `custom` tool whose input is the raw patch).
+
+    Codex 0.171.0 reads the tools a model gets from its model catalog: its bundled one gives the
+    freeform tool to OpenAI's slugs only, and a model it has no entry for (every Gemini,
+    DeepSeek or OpenRouter name) gets no `apply_patch` tool at all, whatever `features.*` or
+    `include_apply_patch_tool` say. `model_catalog_json` names a catalog file of the user's; an
+    entry needs the fields below (Codex refuses the file naming the first one missing) and
+    either `base_instructions` or `model_messages.instructions_template`."""
+    entry = {
+        "slug": model,
+        "display_name": model,
+        "apply_patch_tool_type": "freeform",
+        "shell_type": "shell_command",
+        "supported_reasoning_levels": [],
+        "visibility": "list",
+        "supported_in_api": True,
+        "priority": 1,
+        "support_verbosity": False,
+        "truncation_policy": {"mode": "tokens", "limit": 10000},
+        "experimental_supported_tools": [],
+        "base_instructions": "You are a coding agent. Use apply_patch to edit files.",
+    }
+    path = directory / "models.json"
+    path.write_text(json.dumps({"models": [entry]}))
+    return f'model_catalog_json="{path}"'
+
+
+def rollout_items(home: Path) -> list[dict[str, Any]]:
+    """The Responses items Codex kept of its session (its rollout file under CODEX_HOME): the
+    items it got from the stream and the outputs it made, which are the history it sends back."""
+    items = []
+    for rollout in sorted((home / "sessions").rglob("rollout-*.jsonl")):
+        for line in rollout.read_text().splitlines():
+            entry = json.loads(line)
+            if entry.get("type") == "response_item":
+                items.append(entry["payload"])
+    return items
