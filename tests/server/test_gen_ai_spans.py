@@ -12,8 +12,12 @@ import httpx
 import orjson
 import pytest
 
+from proxy.server.app import create_app
+from proxy.server.tracing import Tracing
+from proxy.settings.schema import Settings
 from proxy.upstream.provider_names import provider_name
 from tests.support.fake_upstream import load_transcript
+from tests.support.servers import free_port, serve_in_thread
 from tests.support.tracing import exchange_spans, in_memory_exporter, traced_proxy
 
 USAGE_KEYS = (
@@ -171,6 +175,28 @@ def test_an_error_inside_the_upstreams_stream_makes_the_call_an_error(exporter: 
     assert call.status.status_code is StatusCode.ERROR
     assert call.attributes["error.type"] == "upstream_error_event"
     assert server.status.status_code is StatusCode.UNSET  # the proxy answered 200
+
+
+def test_an_upstream_that_never_answers_makes_the_call_an_error(exporter: Any) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.trace import StatusCode
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    closed = free_port()  # nothing listens there
+    app = create_app(Settings().with_values({"upstream.base_url": f"http://127.0.0.1:{closed}/v1"}))
+    app.state.proxy.tracing = Tracing(provider)
+    with serve_in_thread(app) as proxy:
+        response = httpx.post(f"{proxy}/v1/chat/completions", json=chat("m", stream=True))
+        server, call = exchange_spans(exporter)
+    assert response.status_code == 502
+    assert call.status.status_code is StatusCode.ERROR
+    assert call.attributes["error.type"] == "502"  # the proxy's status: no upstream status came
+    assert "http.response.status_code" not in call.attributes
+    assert call.attributes["server.port"] == closed
+    assert not [key for key in USAGE_KEYS if key in call.attributes]
+    assert server.attributes["http.response.status_code"] == 502
 
 
 @pytest.mark.parametrize(
