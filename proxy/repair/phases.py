@@ -4,7 +4,8 @@ any other front) calls.
 1. `request`: the request repairs run on the client's body and end in a frozen `Forwarded`
    (request_phase.py);
 2. `stream`: the stream links are built from that value, then run over the answer, streamed or
-   not (pipeline.py `RepairChain`, one_event.py).
+   not (pipeline.py `RepairChain`, one_event.py), followed by the answer watch, which reads
+   what the client gets for the exchange's span and token metrics (answer_watch.py).
 
 The order of each phase's repairs, with its reasons, is in repairs/__init__.py.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from proxy.repair.answer_watch import AnswerWatch
 from proxy.repair.forwarded import Forwarded
 from proxy.repair.pipeline import RepairChain
 from proxy.repair.receipts.store import ReceiptStore
@@ -40,6 +42,8 @@ class Phases:
         )
 
     def stream(self, forwarded: Forwarded, tally: Tally) -> RepairChain:
-        """Phase two's chain for one exchange, built from what phase one decided."""
+        """Phase two's chain for one exchange, built from what phase one decided, and the
+        answer watch after it (with the repairs off too: usage is counted either way)."""
         links = stream_links(self.options, forwarded, tally, self.store)
+        links.append(AnswerWatch(tally))
         return RepairChain(links, strict=self.options.strict)

@@ -1,7 +1,8 @@
 """What one exchange's repairs counted, and the one spelling of it for logs, header and metrics.
 
-The request repairs and the stream links count on it; nothing else rides on it (the body and the
-rules are the request phase's `Forwarded`, the server's fields its `ExchangeRecord`)."""
+The request repairs and the stream links count on it, and the answer watch leaves on it what the
+upstream said about its answer; nothing else rides on it (the body and the rules are the request
+phase's `Forwarded`, the server's fields its `ExchangeRecord`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import logging
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
+
+from proxy.repair.answer_facts import AnswerFacts
 
 logger = logging.getLogger(__name__)
 
@@ -18,6 +21,9 @@ class Tally:
     request_id: str
     repairs: Counter[str] = field(default_factory=Counter)
     """Repairs applied and anomalies seen, by kind; summed into metrics and the log line."""
+    answer: AnswerFacts | None = None
+    """The answer's model, id, finish reasons and reported usage, once the stream phase's
+    answer watch (answer_watch.py) is built; None for an exchange no answer went through."""
 
     def count(self, kind: str, amount: int = 1) -> None:
         if amount:

@@ -301,6 +301,7 @@ class Proxy:
             method=request.method,
             path=request.scope["path"],  # the hot path's: request.url builds a URL
             model=body.get("model"),
+            provider=route.provider,
             started=started,
             debug=request.headers.get("x-streamfix-debug") == "1",
         )
@@ -335,7 +336,7 @@ class Proxy:
         if self.tracing:
             kind = "chat" if path == CHAT_PATH else "passthrough"
             headers = self.tracing.start(
-                record, kind, request.method, request.scope["headers"], headers
+                record, kind, request.method, request.scope["headers"], headers, route
             )
         query = request.scope.get("query_string", b"")
         if route.upstream_key or drop_credential:
@@ -396,7 +397,7 @@ class Proxy:
         ttfb = time.monotonic() - started
         self.metrics.first_byte(route.name, ttfb)
         if self.tracing:
-            self.tracing.first_byte(record, ttfb)
+            self.tracing.first_byte(record, ttfb, response.status_code)
         return response
 
     async def _send_upstream(
@@ -428,6 +429,9 @@ class Proxy:
         """One log line per exchange, and its counts into the metrics."""
         duration = time.monotonic() - record.started
         self.metrics.record(record.route, status, duration, record.tally.repairs)
+        answer = record.tally.answer
+        if answer is not None and answer.reported_usage:
+            self.metrics.tokens(record.route, record.provider, record.model, answer)
         if self.tracing:
             self.tracing.finished(record, status)
         log_exchange(logger, record, status, duration)

@@ -1,5 +1,6 @@
 """Prometheus metrics, one registry per app. Labels carry only route names, status codes and
-fixed kinds from the code: never a credential or free-form text."""
+fixed kinds from the code, and the token metrics' model names, bounded per route
+(token_metrics.py): never a credential or free-form text."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ from collections import Counter as Tally
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from proxy.repair.answer_facts import AnswerFacts
+from proxy.server.token_metrics import TokenMetrics
 
 # Google's signature events are also counted by event in `streamfix_signatures`, the metric
 # they had before every receipt kind was counted alike in `streamfix_repairs`.
@@ -62,6 +66,7 @@ class Metrics:
         self.store_errors = Gauge(
             "streamfix_store_errors", "Receipt store operations that failed", registry=registry
         )
+        self.token_usage = TokenMetrics(registry)
         # Each exchange's children by their labels, looked up once: `labels()` takes a lock and
         # checks the names on every call, a few µs per exchange for children that never change.
         # Bounded: routes, status codes and repair kinds are fixed sets of the code and config.
@@ -92,6 +97,10 @@ class Metrics:
                 counters = self._counters[(kind, route)] = self._repair_counters(kind, route)
             for counter in counters:
                 counter.inc(amount)
+
+    def tokens(self, route: str, provider: str, requested: object, answer: AnswerFacts) -> None:
+        """The usage an exchange's upstream reported (token_metrics.py)."""
+        self.token_usage.count(route, provider, requested, answer)
 
     def _repair_counters(self, kind: str, route: str) -> tuple[Counter, ...]:
         repairs = self.repairs.labels(kind, route)

@@ -28,13 +28,15 @@ class ExchangeRecord:
     """The client's method and (normalised) path, so a log line tells a chat from `/v1/models`."""
     model: object = None
     """The model the request names upstream (after a route's rename), when it named one."""
+    provider: str = "-"
+    """The route's GenAI provider (upstream/provider_names.py), for spans and token metrics."""
     started: float = field(default_factory=time.monotonic)
     debug: bool = False
     """The client asked (`x-streamfix-debug: 1`) for the stream's repairs in an SSE comment."""
     forwarded: Forwarded | None = None
     """What the request phase decided (a chat exchange, once its request repairs ran)."""
     trace: Any = None
-    """The exchange's OpenTelemetry span while it runs, when tracing is on (server/tracing.py)."""
+    """The exchange's OpenTelemetry spans while it runs, when tracing is on (server/tracing.py)."""
     client_copy: ClientCopy | None = None
     """What a recording transport handed back with the response (upstream/context.py
     `CLIENT_COPY`); delivery gives it every byte the client is sent, then saves it."""

@@ -1,13 +1,17 @@
-"""OpenTelemetry: one span per exchange, continuing the client's W3C trace and sent upstream.
+"""OpenTelemetry: a span per exchange, continuing the client's W3C trace, and for a chat
+exchange (any door) a child span for its upstream call, whose context is sent upstream.
 
 On only when the standard `OTEL_*` environment names an exporter and the optional extra
 `streamfix[otel]` is installed; otherwise `Tracing.from_environ` returns None, the proxy holds
 None and skips every hook, and nothing here imports opentelemetry (the module itself imports
 only the standard library, so the hot path pays for an attribute test and nothing else).
 
-A span holds what the log line holds, and never more: the route, the model, the status,
-upstream time to first byte, the duration, and the repair counts (one span event per kind, with
-its `count`). Never a credential, a query string, prompt or response text.
+The exchange's span (SERVER) holds what the log line holds, and never more: the route, the
+model, the status, upstream time to first byte, the duration, and the repair counts (one span
+event per kind, with its `count`). The upstream call's span (CLIENT, named `chat {model}`)
+follows OpenTelemetry's GenAI conventions (gen_ai_attributes.py): provider, operation, request
+and response model, response id, finish reasons, reported token usage. Never a credential, a
+query string, prompt or response text.
 """
 
 from __future__ import annotations
@@ -15,8 +19,15 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from proxy.server.gen_ai_attributes import (
+    FRONTS,
+    answer_attributes,
+    call_attributes,
+    call_span_name,
+)
 from proxy.upstream.headers import RawHeaders
 
 if TYPE_CHECKING:
@@ -24,6 +35,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span, TracerProvider
 
     from proxy.server.record import ExchangeRecord
+    from proxy.upstream.routes import UpstreamRoute
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +47,19 @@ TRACE_HEADERS = frozenset({b"traceparent", b"tracestate"})
 _OTLP_BY_PROTOCOL = {"http/protobuf": "otlp_proto_http", "grpc": "otlp_proto_grpc"}
 _EXPORTER_GROUP = "opentelemetry_traces_exporter"
 _SPAN_NAMES = {"chat": "streamfix chat", "passthrough": "streamfix passthrough"}
+# What makes an upstream call that answered 2xx an error all the same (tally kinds).
+_CALL_ERRORS = ("stream_aborted", "upstream_error_event")
+
+
+@dataclass(slots=True)
+class ExchangeSpans:
+    """An exchange's spans while it runs (`ExchangeRecord.trace`)."""
+
+    server: Span
+    call: Span | None = None
+    """The upstream call's, for a chat exchange."""
+    upstream_status: int | None = None
+    """The status the upstream answered with, once it did."""
 
 
 def wanted(environ: Mapping[str, str]) -> bool:
@@ -96,9 +121,11 @@ class Tracing:
         method: str,
         incoming: Iterable[tuple[bytes, bytes]],
         outgoing: RawHeaders,
+        route: UpstreamRoute | None = None,
     ) -> RawHeaders:
-        """Open the exchange's span as a child of the client's trace, if it sent one, and
-        return the upstream headers with the proxy's span as their traceparent."""
+        """Open the exchange's span as a child of the client's trace, if it sent one, and for
+        a chat exchange (its request phase ran) the upstream call's span under it; return the
+        upstream headers with the innermost span as their traceparent."""
         parent = self._propagator.extract(_header_map(incoming))
         span = self._tracer.start_span(
             _SPAN_NAMES.get(kind, f"streamfix {kind}"),
@@ -107,29 +134,47 @@ class Tracing:
             start_time=_wall_ns(record.started),
             attributes=_request_attributes(record, method),
         )
-        record.trace = span
+        spans = record.trace = ExchangeSpans(span)
+        context = self._trace.set_span_in_context(span)
+        if record.forwarded is not None and route is not None:
+            spans.call = self._tracer.start_span(
+                call_span_name(record),
+                context=context,
+                kind=self._trace.SpanKind.CLIENT,
+                attributes=call_attributes(record, route),
+            )
+            context = self._trace.set_span_in_context(spans.call)
         carrier: dict[str, str] = {}
-        self._propagator.inject(carrier, context=self._trace.set_span_in_context(span))
+        self._propagator.inject(carrier, context=context)
         kept = [(name, value) for name, value in outgoing if name not in TRACE_HEADERS]
         return [*kept, *((k.encode(), v.encode()) for k, v in carrier.items())]
 
-    def first_byte(self, record: ExchangeRecord, seconds: float) -> None:
-        span: Span | None = record.trace
-        if span is not None:
-            span.set_attribute("streamfix.upstream.ttfb_s", seconds)
+    def first_byte(self, record: ExchangeRecord, seconds: float, status: int) -> None:
+        """The upstream's response head arrived: its time, and its status on the call."""
+        spans: ExchangeSpans | None = record.trace
+        if spans is None:
+            return
+        spans.server.set_attribute("streamfix.upstream.ttfb_s", seconds)
+        spans.upstream_status = status
+        if spans.call is not None:
+            spans.call.set_attribute("http.response.status_code", status)
 
     def finished(self, record: ExchangeRecord, status: int) -> None:
-        """Close the exchange's span (called once, from the proxy's `_finished`). A request
+        """Close the exchange's spans (called once, from the proxy's `_finished`). A request
         refused before it was routed has no span yet: it gets one from its start to now."""
-        span: Span | None = record.trace
-        if span is None:
+        spans: ExchangeSpans | None = record.trace
+        record.trace = None  # a second call, if one ever came, must not end them twice
+        if spans is None:
             span = self._tracer.start_span(
                 "streamfix refused",
                 kind=self._trace.SpanKind.SERVER,
                 start_time=_wall_ns(record.started),
                 attributes=_request_attributes(record, None),
             )
-        record.trace = None  # a second call, if one ever came, must not end it twice
+        else:
+            span = spans.server
+            if spans.call is not None:
+                self._end_call(spans.call, record, spans.upstream_status, status)
         if not span.is_recording():
             span.end()
             return
@@ -145,6 +190,20 @@ class Tracing:
         if status >= 500:  # a server span's error: 4xx are the client's (OTel HTTP semconv)
             span.set_status(self._trace.StatusCode.ERROR)
         span.end()
+
+    def _end_call(
+        self, call: Span, record: ExchangeRecord, upstream_status: int | None, status: int
+    ) -> None:
+        """The upstream call's span, with what the answer said. An error (the conventions'
+        `error.type`) when the upstream answered 4xx/5xx (its status), never answered (the
+        proxy's status for it), or broke off or reported an error inside its stream."""
+        if call.is_recording():
+            call.set_attributes(answer_attributes(record.tally.answer))
+            error = _call_error(record, upstream_status, status)
+            if error is not None:
+                call.set_attribute("error.type", error)
+                call.set_status(self._trace.StatusCode.ERROR)
+        call.end()
 
     def shutdown(self) -> None:
         """Flush and stop the provider built from the environment (a test's is its own)."""
@@ -198,9 +257,21 @@ def _request_attributes(record: ExchangeRecord, method: str | None) -> dict[str,
     model = record.model
     if isinstance(model, str):
         attributes["gen_ai.request.model"] = model
+    front = FRONTS.get(record.path)
+    if front and record.forwarded is not None:
+        attributes["streamfix.front"] = front
     if method:
         attributes["http.request.method"] = method
     return attributes
+
+
+def _call_error(record: ExchangeRecord, upstream_status: int | None, status: int) -> str | None:
+    if upstream_status is None:
+        return str(status)  # no answer came: the proxy's own status for that (502, 504)
+    if upstream_status >= 400:
+        return str(upstream_status)
+    repairs = record.tally.repairs
+    return next((kind for kind in _CALL_ERRORS if repairs.get(kind)), None)
 
 
 def _header_map(headers: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:

@@ -16,6 +16,7 @@ from proxy.repair.rules import RouteRules, resolve
 from proxy.repair.tenancy import upstream_identity
 from proxy.settings.schema import Settings, UpstreamSettings
 from proxy.settings.values import ConfigError
+from proxy.upstream.provider_names import provider_name
 from proxy.wire.credentials import CREDENTIAL_PARAMETERS
 
 DEFAULT_ROUTE = "default"
@@ -42,9 +43,13 @@ class UpstreamRoute:
     chat_url: httpx.URL = field(init=False, compare=False)
     """The chat endpoint's URL without a query, built once: parsing it per request cost more
     than the raw TCP relay's whole round trip."""
+    provider: str = field(init=False, compare=False)
+    """The GenAI provider its spans and token metrics name (provider_names.py)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "chat_url", upstream_url(self.upstream, CHAT_PATH, b""))
+        provider = provider_name(self.upstream.base_url, self.upstream.profile, self.name)
+        object.__setattr__(self, "provider", provider)
 
     def matches(self, model: str) -> bool:
         return any(fnmatchcase(model, pattern) for pattern in self.patterns)

@@ -1,5 +1,6 @@
 """OpenTelemetry spans per exchange, over real sockets: the SDK's in-memory exporter catches
-them; off (no OTEL_*), nothing of opentelemetry loads and trace headers cross untouched."""
+them; off (no OTEL_*), nothing of opentelemetry loads and trace headers cross untouched. The
+upstream call's GenAI span is tested in test_gen_ai_spans.py."""
 
 from __future__ import annotations
 
@@ -9,8 +10,6 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +19,10 @@ import pytest
 from proxy.server.app import create_app
 from proxy.server.tracing import Tracing, wanted
 from proxy.settings.schema import Settings
-from tests.support.fake_upstream import FakeUpstream, running_fake_upstream
+from tests.support.fake_upstream import running_fake_upstream
 from tests.support.metrics import metric
 from tests.support.servers import serve_in_thread
-from tests.support.waiting import wait_until
+from tests.support.tracing import exchange_spans, finished_spans, in_memory_exporter, traced_proxy
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -38,39 +37,10 @@ def chat(model: str, **extra: Any) -> dict:
 
 @pytest.fixture
 def exporter() -> Any:
-    # The test extra installs the SDK: a missing one is a failure here, never a skip.
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-    return InMemorySpanExporter()
+    return in_memory_exporter()
 
 
-@contextmanager
-def traced_proxy(exporter: Any) -> Iterator[tuple[FakeUpstream, str]]:
-    """A fake upstream and the proxy in front of it, its spans going to `exporter`."""
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    with running_fake_upstream() as (fake, root):
-        settings = Settings().with_values(
-            {"upstream.base_url": f"{root}/v1", "repairs.strict": True}
-        )
-        app = create_app(settings)
-        app.state.proxy.tracing = Tracing(provider)
-        with serve_in_thread(app) as url:
-            yield fake, url
-
-
-def finished_spans(exporter: Any, count: int) -> list[Any]:
-    # A stream's span ends when the stream closes, just after the client read its last byte.
-    wait_until(lambda: len(exporter.get_finished_spans()) >= count, f"{count} finished spans")
-    spans = list(exporter.get_finished_spans())
-    assert len(spans) == count
-    return spans
-
-
-def test_a_repaired_gemini_stream_is_one_span_with_its_repairs(exporter: Any) -> None:
+def test_a_repaired_gemini_stream_is_one_exchange_span_with_its_repairs(exporter: Any) -> None:
     with traced_proxy(exporter) as (_, proxy):
         response = httpx.post(
             f"{proxy}/v1/chat/completions",
@@ -78,7 +48,7 @@ def test_a_repaired_gemini_stream_is_one_span_with_its_repairs(exporter: Any) ->
             headers={"authorization": "Bearer sk-secret-credential"},
         )
         assert response.status_code == 200
-        (span,) = finished_spans(exporter, 1)
+        span, _ = exchange_spans(exporter)
         metrics = httpx.get(f"{proxy}/metrics").text
     from opentelemetry.trace import SpanKind, StatusCode
 
@@ -130,7 +100,7 @@ def test_non_streamed_exchanges_and_upstream_errors(
     with traced_proxy(exporter) as (_, proxy):
         response = httpx.post(f"{proxy}/v1/chat/completions", json=chat(model))
         assert response.status_code == status
-        (span,) = finished_spans(exporter, 1)
+        span, call = exchange_spans(exporter)
     assert span.name == "streamfix chat"
     assert span.attributes["http.response.status_code"] == status
     assert span.attributes["gen_ai.request.model"] == model
@@ -138,6 +108,15 @@ def test_non_streamed_exchanges_and_upstream_errors(
     # A server span is an error for 5xx only: a 4xx is the client's (OTel HTTP conventions).
     expected = StatusCode.ERROR if error else StatusCode.UNSET
     assert span.status.status_code is expected
+    # The upstream call's span is an error for any 4xx/5xx the upstream answered (a client
+    # span's error, OTel HTTP conventions), named by the status.
+    assert call.attributes["http.response.status_code"] == status
+    if status >= 400:
+        assert call.status.status_code is StatusCode.ERROR
+        assert call.attributes["error.type"] == str(status)
+    else:
+        assert call.status.status_code is StatusCode.UNSET
+        assert "error.type" not in call.attributes
 
 
 def test_refused_requests_and_passthrough_get_spans(exporter: Any) -> None:
@@ -170,22 +149,23 @@ def test_the_clients_trace_is_continued_and_sent_upstream(exporter: Any) -> None
             headers={"traceparent": TRACEPARENT, "tracestate": TRACESTATE},
         )
         assert response.status_code == 200
-        (span,) = finished_spans(exporter, 1)
+        span, call = exchange_spans(exporter)
     assert span.context.trace_id == int(TRACE_ID, 16)
     assert span.parent is not None and span.parent.span_id == int(CLIENT_SPAN_ID, 16)
     assert span.parent.is_remote
     headers = fake.requests[-1].headers
-    # One traceparent, the proxy's (the recorder joins repeated fields with ", ").
-    assert headers["traceparent"] == f"00-{TRACE_ID}-{span.context.span_id:016x}-01"
+    # One traceparent, the proxy's upstream call's (the recorder joins repeated fields with
+    # ", "): the upstream's own span is a child of the call that reached it.
+    assert headers["traceparent"] == f"00-{TRACE_ID}-{call.context.span_id:016x}-01"
     assert headers["tracestate"] == TRACESTATE
 
 
 def test_without_a_client_trace_the_proxy_starts_one(exporter: Any) -> None:
     with traced_proxy(exporter) as (fake, proxy):
         httpx.post(f"{proxy}/v1/chat/completions", json=chat("gemini_indexless_call_stop"))
-        (span,) = finished_spans(exporter, 1)
+        span, call = exchange_spans(exporter)
     assert span.parent is None
-    trace_id, span_id = f"{span.context.trace_id:032x}", f"{span.context.span_id:016x}"
+    trace_id, span_id = f"{span.context.trace_id:032x}", f"{call.context.span_id:016x}"
     # Flags: sampled, and (newer SDKs) W3C level 2's "random trace id" bit.
     sent = fake.requests[-1].headers["traceparent"]
     assert sent.startswith(f"00-{trace_id}-{span_id}-")

@@ -125,6 +125,9 @@ def stream_links(
        chunk that carried the role).
     7. ReceiptCapture last: it keys receipts by the call ids exactly as the client receives
        them, so it watches the final output, and its store write happens at the very end.
+
+    After them `Phases.stream` adds the answer watch (answer_watch.py), which only reads what
+    the client gets, for the span and the token metrics.
     """
     if not options.enabled:
         return []
