@@ -171,8 +171,11 @@ def is_upstream_error(event: SSEEvent, chunk: Chunk | None) -> bool:
     return event.event == "error"
 
 
+KEEPALIVE = b": keepalive\n\n"
+
+
 async def repaired_stream(
-    upstream: AsyncIterator[bytes],
+    upstream: AsyncIterator[bytes | None],
     chain: RepairChain,
     decoder: SSEDecoder,
     failures: tuple[type[Exception], ...],
@@ -220,6 +223,10 @@ async def repaired_stream(
 
     try:
         async for data in upstream:
+            if data is None:
+                if not errored:
+                    yield KEEPALIVE
+                continue
             if out := process(decoder.feed(data)):
                 yield out
         tail = process(decoder.flush())

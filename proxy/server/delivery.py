@@ -10,6 +10,7 @@ from starlette.responses import Response
 from proxy.repair.pipeline import RepairChain, repaired_stream
 from proxy.repair.tally import Tally
 from proxy.server.errors import error_event, error_response
+from proxy.server.quiet_pings import with_pings
 from proxy.server.record import ExchangeRecord
 from proxy.server.streamed_response import StreamedResponse
 from proxy.upstream.body_decoding import Decoder, decoded, read_limited
@@ -59,6 +60,7 @@ def repaired_sse(
     max_event_bytes: int,
     decoder: Decoder,
     on_close: OnClose,
+    keepalive: float = 0.0,
 ) -> Response:
     tally = record.tally
 
@@ -70,8 +72,10 @@ def repaired_sse(
         _, message, code = describe_failure(exc, _origin(upstream))
         return error_event(message, "upstream_error", code)
 
+    pieces = decoded(raw_body(upstream), decoder)
+    body: AsyncIterator[bytes | None] = with_pings(pieces, keepalive) if keepalive > 0 else pieces
     stream = repaired_stream(
-        decoded(raw_body(upstream), decoder),
+        body,
         chain,
         SSEDecoder(max_event_bytes),
         (httpx.HTTPError, LimitExceeded),
