@@ -42,6 +42,8 @@ ENVIRONMENT_KEYS = {
     "STREAMFIX_WORKERS": "server.workers",
     "STREAMFIX_LOG_FORMAT": "server.log_format",
     "STREAMFIX_LOG_LEVEL": "server.log_level",
+    # The store's URL can carry a password: from a secret store's variable, not a config file.
+    "STREAMFIX_RECEIPTS_STORE": "receipts.store",
 }
 
 # Dotted config key -> the `streamfix serve` / `config` flag that sets it (cli.py declares each
