@@ -171,6 +171,10 @@ def is_upstream_error(event: SSEEvent, chunk: Chunk | None) -> bool:
     return event.event == "error"
 
 
+def _nothing() -> None:
+    """The default `last_word`: nobody waits for it."""
+
+
 async def repaired_stream(
     upstream: AsyncIterator[bytes],
     chain: RepairChain,
@@ -179,6 +183,7 @@ async def repaired_stream(
     on_abort: Callable[[Exception], bytes],
     count: Count = _uncounted,
     trailer: Callable[[], bytes] = bytes,
+    last_word: Callable[[], None] = _nothing,
 ) -> AsyncIterator[bytes]:
     """Decode the upstream SSE body, repair it, and encode it for the client.
 
@@ -186,7 +191,10 @@ async def repaired_stream(
     large) ends the stream with the bytes of `on_abort(exc)`, and without `[DONE]`. `count`
     books what the stream itself showed (`upstream_error_event`, `events_split`, `done_added`).
     `trailer()` gives bytes to send after the closing chunks and before `[DONE]` (an SSE comment
-    listing the repairs, when the client asked for it).
+    listing the repairs, when the client asked for it). `last_word()` is called once the
+    stream's last word is decided and before it is yielded: the closing `[DONE]`, the abort's
+    error event, or the upstream's own error event (after which only its bytes pass); a
+    keepalive adds nothing after it. Every piece yielded is whole events.
     """
     errored = False
     done_seen = False
@@ -204,6 +212,7 @@ async def repaired_stream(
             chunk = as_chunk(event)
             if is_upstream_error(event, chunk):
                 errored = True
+                last_word()
                 count("upstream_error_event", 1)
                 out.append(event.raw)
             elif chunk is not None:
@@ -224,6 +233,7 @@ async def repaired_stream(
                 yield out
         tail = process(decoder.flush())
     except failures as exc:
+        last_word()
         yield on_abort(exc)
         return
     finally:
@@ -235,4 +245,5 @@ async def repaired_stream(
     closing = emit(await chain.on_end())
     if not done_seen:
         count("done_added", 1)  # a clean end without it: clients waiting for it get one
+    last_word()
     yield tail + closing + trailer() + DONE

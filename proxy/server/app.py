@@ -212,7 +212,14 @@ class Proxy:
 
             limit = self.settings.server.max_event_bytes
             return repaired_sse(
-                upstream, chain, record, client_headers, limit, decoder, stream_closed
+                upstream,
+                chain,
+                record,
+                client_headers,
+                limit,
+                decoder,
+                stream_closed,
+                self.settings.server.keepalive_seconds,
             )
         return await repaired_json(
             upstream,

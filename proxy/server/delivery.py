@@ -10,6 +10,7 @@ from starlette.responses import Response
 from proxy.repair.pipeline import RepairChain, repaired_stream
 from proxy.repair.tally import Tally
 from proxy.server.errors import error_event, error_response
+from proxy.server.keepalive import Keepalive
 from proxy.server.record import ExchangeRecord
 from proxy.server.streamed_response import StreamedResponse
 from proxy.upstream.body_decoding import Decoder, decoded, read_limited
@@ -19,8 +20,15 @@ from proxy.wire import json_codec
 from proxy.wire.limits import LimitExceeded
 from proxy.wire.sse import SSEDecoder
 
-# A repaired stream must reach the client unbuffered and uncached, whatever the upstream said.
-SSE_HEADERS = [(b"cache-control", b"no-store"), (b"x-accel-buffering", b"no")]
+# A repaired stream must reach the client unbuffered, uncached and unaltered, whatever the
+# upstream said: `no-cache` and `no-store` keep caches from answering with it or keeping it (an
+# answer is one client's), `no-transform` keeps proxies in between from compressing or
+# rewriting it (the proxy itself never compresses), and nginx holds events back in its buffer
+# unless told `X-Accel-Buffering: no`.
+SSE_HEADERS = [
+    (b"cache-control", b"no-cache, no-store, no-transform"),
+    (b"x-accel-buffering", b"no"),
+]
 _SSE_NAMES = {name for name, _ in SSE_HEADERS}
 
 OnClose = Callable[[], None]
@@ -59,6 +67,7 @@ def repaired_sse(
     max_event_bytes: int,
     decoder: Decoder,
     on_close: OnClose,
+    keepalive: float = 0.0,
 ) -> Response:
     tally = record.tally
 
@@ -70,6 +79,7 @@ def repaired_sse(
         _, message, code = describe_failure(exc, _origin(upstream))
         return error_event(message, "upstream_error", code)
 
+    beat = Keepalive(keepalive) if keepalive > 0 else None
     stream = repaired_stream(
         decoded(raw_body(upstream), decoder),
         chain,
@@ -78,6 +88,7 @@ def repaired_sse(
         abort,
         tally.count,
         (lambda: repairs_comment(tally)) if record.debug else bytes,
+        beat.end if beat is not None else lambda: None,
     )
     kept = [f for f in headers if f[0].lower() not in _SSE_NAMES]
     return StreamedResponse(
@@ -85,6 +96,7 @@ def repaired_sse(
         status_code=upstream.status_code,
         headers=[*kept, *SSE_HEADERS, repairs_header(tally)],
         media_type="text/event-stream",
+        keepalive=beat,
     )
 
 

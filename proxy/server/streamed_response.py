@@ -8,6 +8,8 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from proxy.server.keepalive import Keepalive
+
 
 class StreamedResponse(Response):
     """Like Starlette's StreamingResponse, but it notices the client leaving with one task.
@@ -16,6 +18,7 @@ class StreamedResponse(Response):
     has to be read from `receive`. Starlette does that with a task group of two tasks and cancel
     scopes for every stream; here one task waits for `http.disconnect` and, if the stream is still
     running, cancels it, which closes the body iterator and with it the upstream response.
+    With a `keepalive`, a comment goes out in each of the stream's silences (keepalive.py).
     """
 
     def __init__(
@@ -24,8 +27,10 @@ class StreamedResponse(Response):
         status_code: int = 200,
         headers: Mapping[str, str] | Sequence[tuple[bytes, bytes]] | None = None,
         media_type: str | None = None,
+        keepalive: Keepalive | None = None,
     ) -> None:
         self.body_iterator = content
+        self.keepalive = keepalive
         self.status_code = status_code
         self.media_type = media_type
         self.background = None
@@ -58,8 +63,11 @@ class StreamedResponse(Response):
                     "headers": self.raw_headers,
                 }
             )
-            async for chunk in body:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            if self.keepalive is None:
+                async for chunk in body:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            else:
+                await self.keepalive.relay(body, send)
             finished = True
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except asyncio.CancelledError:

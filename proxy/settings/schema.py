@@ -42,6 +42,8 @@ ENVIRONMENT_KEYS = {
     "STREAMFIX_WORKERS": "server.workers",
     "STREAMFIX_LOG_FORMAT": "server.log_format",
     "STREAMFIX_LOG_LEVEL": "server.log_level",
+    # The store's URL can carry a password: from a secret store's variable, not a config file.
+    "STREAMFIX_RECEIPTS_STORE": "receipts.store",
 }
 
 # Dotted config key -> the `streamfix serve` / `config` flag that sets it (cli.py declares each
@@ -120,6 +122,11 @@ class ServerSettings:
     is closed."""
     keepalive_timeout_seconds: float = 5.0
     """An idle kept-alive connection is closed after this long without a new request."""
+    keepalive_seconds: float = 15.0
+    """A stream the client has been sent nothing on for this long gets an SSE comment
+    (`: keepalive`), between whole events and never after the last one, so that nginx
+    (`proxy_read_timeout` 60 s), cloud load balancers (60 s idle) and clients' read timeouts
+    (often 30 s) do not cut a stream whose upstream is thinking; 0: never."""
 
     def __post_init__(self) -> None:
         one_of("log_format", self.log_format, ("text", "json"))

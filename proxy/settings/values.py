@@ -142,13 +142,20 @@ def _parsed(key: str, kind: type, value: str) -> Any:
     return _positive(key, converted, value)
 
 
+OFF_AT_ZERO = frozenset({"server.keepalive_seconds"})
+"""The numbers for which 0 means "never" rather than a mistake."""
+
+
 def _positive(key: str, number: float, value: Any) -> float:
     # Every number the settings hold is a size, a count, a port or a duration. NaN compares
     # false with everything, so it would pass `<= 0` and then every limit check downstream.
     if not math.isfinite(number):
         raise ConfigError(f"{key}: must be a finite number, got {value!r}")
+    if number == 0 and key in OFF_AT_ZERO:
+        return number
     if number <= 0:
-        raise ConfigError(f"{key}: must be positive, got {value!r}")
+        off = " or 0 (off)" if key in OFF_AT_ZERO else ""
+        raise ConfigError(f"{key}: must be positive{off}, got {value!r}")
     return number
 
 

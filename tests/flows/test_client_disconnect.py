@@ -19,25 +19,35 @@ from tests.support.fake_upstream import FakeUpstream
 from tests.support.servers import OnLoop, serving_in_thread
 from tests.support.waiting import wait_until
 
+KEEPALIVE = b": keepalive\n\n"
+
 
 @pytest.mark.parametrize(
-    ("knobs", "model"),
+    ("knobs", "keepalive"),
     [
-        ({"stall_after": 2}, "openai_text_usage_only_last_chunk"),
-        ({"delay": 0.25}, "openai_text_usage_only_last_chunk"),
+        ({"stall_after": 2}, 0.0),
+        ({"delay": 0.25}, 0.0),
+        ({"stall_after": 2}, 0.1),
     ],
-    ids=["upstream-stalled", "upstream-still-sending"],
+    ids=["upstream-stalled", "upstream-still-sending", "upstream-stalled-keepalives-flowing"],
 )
 def test_client_disconnect_closes_the_upstream_and_leaves_nothing_behind(
-    knobs: dict[str, Any], model: str
+    knobs: dict[str, Any], keepalive: float
 ) -> None:
     # Without the close in the stream's `finally`, the fake keeps `open_streams == 1` (stalled:
     # until the 600 s read timeout; still sending: until its last event, ~3 s) and the proxy
     # keeps the request task and the upstream connection; without `active_streams.dec()` the
-    # gauge stays at 1.
+    # gauge stays at 1. With keepalives flowing during the stall, a keepalive timer or comment
+    # task left behind would show in the task count, and a stream kept alive by its own
+    # comments in `open_streams`.
+    model = "openai_text_usage_only_last_chunk"
     fake = FakeUpstream(**knobs)
     settings = Settings().with_values(
-        {"upstream.base_url": "http://unused", "repairs.strict": True}
+        {
+            "upstream.base_url": "http://unused",
+            "repairs.strict": True,
+            "server.keepalive_seconds": keepalive,
+        }
     )
     with serving_in_thread(fake.app) as upstream:
         settings = settings.with_values({"upstream.base_url": f"{upstream.url}/v1"})
@@ -60,6 +70,9 @@ def test_client_disconnect_closes_the_upstream_and_leaves_nothing_behind(
                 body = response.iter_raw()
                 first = next(body)
                 assert first.startswith(b"data: ")
+                if keepalive:  # the upstream's two events, then its silence: the proxy's
+                    later = [next(body) for _ in range(2)]  # comment, before the read timeout
+                    assert KEEPALIVE in later, later
                 assert fake.open_streams == 1
                 assert len(upstream_state.connections) == 1
                 assert probe.task_count() > baseline  # the request is in flight

@@ -40,7 +40,7 @@ def test_streamed_chat_is_repaired_and_authorization_passes_through(stack) -> No
     )
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/event-stream")
-    assert response.headers["cache-control"] == "no-store"
+    assert response.headers["cache-control"] == "no-cache, no-store, no-transform"
     assert response.headers["x-request-id"] == "req-42"
     assert violations(response.content) == []
     sent = last_request(fake)

@@ -27,6 +27,8 @@ REFUSED_IN_TOML = [
     ("[repairs]\nenabled = 1", "repairs.enabled: expected true or false"),
     ('[[routes]]\nname = "a"\nmodels = ["q*"]\nread_timeout = true', "routes[0].read_timeout"),
     ('[recording]\nsecret_headers = "x-a"', "recording.secret_headers: expected a list"),
+    ("[server]\nkeepalive_seconds = -1", "server.keepalive_seconds: must be positive or 0 (off)"),
+    ("[server]\nshutdown_grace_seconds = 0", "server.shutdown_grace_seconds: must be positive,"),
 ]
 
 
@@ -139,3 +141,14 @@ def test_an_unreadable_config_file_is_one_config_error(
     path = make(tmp_path)
     with pytest.raises(ConfigError, match=message):
         Settings.load(path, {})
+
+
+def test_keepalive_seconds_zero_is_off_and_the_store_comes_from_the_environment(
+    tmp_path: Path,
+) -> None:
+    # 0 is "never" for this one number only; the store's URL may carry a password, so the
+    # environment can give it instead of the file.
+    settings = Settings.load(write(tmp_path, "[server]\nkeepalive_seconds = 0"), {})
+    assert settings.server.keepalive_seconds == 0.0
+    store = "redis://:secret@10.0.0.1:6379/0"
+    assert Settings.load(None, {"STREAMFIX_RECEIPTS_STORE": store}).receipts.store == store
