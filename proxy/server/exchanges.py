@@ -13,6 +13,7 @@ import logging
 import os
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -58,26 +59,18 @@ def plain_record(request: Request, request_id: str, route: str, model: object) -
     )
 
 
+@dataclass(slots=True)
 class Exchanges:
     """Admission, bookkeeping, sending and learning, for one app's configuration."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        transport: httpx.AsyncBaseTransport,
-        refusals: RefusalLearning,
-        metrics: Metrics,
-        tracing: Tracing | None,
-        proxy_keys: tuple[str, ...],
-        body_budget: BodyBudget,
-    ) -> None:
-        self.settings = settings
-        self.transport = transport
-        self.refusals = refusals
-        self.metrics = metrics
-        self.tracing = tracing
-        self.proxy_keys = proxy_keys
-        self.body_budget = body_budget
+    settings: Settings
+    transport: httpx.AsyncBaseTransport
+    refusals: RefusalLearning
+    metrics: Metrics
+    tracing: Tracing | None
+    """None unless OTEL_* asks for traces: each hook is then one attribute test."""
+    proxy_keys: tuple[str, ...]
+    body_budget: BodyBudget
 
     # ── admission and bookkeeping ──────────────────────────────────────────
 

@@ -131,26 +131,17 @@ class Door(ABC, Generic[F, T]):
         return {}
 
 
+@dataclass(frozen=True, slots=True)
 class FrontRunner:
     """Runs a door's exchanges on the app's router, phases, learning and bookkeeping."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        router: Router,
-        phases: Phases,
-        refusals: RefusalLearning,
-        store: ReceiptStore,
-        exchanges: Exchanges,
-        metrics: Metrics,
-    ) -> None:
-        self.settings = settings
-        self.router = router
-        self.phases = phases
-        self.refusals = refusals
-        self.store = store
-        self.exchanges = exchanges
-        self.metrics = metrics
+    settings: Settings
+    router: Router
+    phases: Phases
+    refusals: RefusalLearning
+    store: ReceiptStore
+    exchanges: Exchanges
+    metrics: Metrics
 
     async def run(self, door: Door[F, T], request: Request) -> Response:
         exchanges = self.exchanges
@@ -264,24 +255,16 @@ class FrontRunner:
         return self.exchanges.failed(record, answer)
 
 
+@dataclass(frozen=True, slots=True)
 class _Exchange(Generic[F, T]):
     """One front exchange after its send: the answer's delivery."""
 
-    def __init__(
-        self,
-        runner: FrontRunner,
-        door: Door[F, T],
-        front: F,
-        arrival: Arrival,
-        record: ExchangeRecord,
-        status: int,
-    ) -> None:
-        self.runner = runner
-        self.door = door
-        self.front = front
-        self.arrival = arrival
-        self.record = record
-        self.status = status
+    runner: FrontRunner
+    door: Door[F, T]
+    front: F
+    arrival: Arrival
+    record: ExchangeRecord
+    status: int
 
     def streamed(
         self, upstream: httpx.Response, decoder: Decoder, chain: RepairChain, translator: T
