@@ -86,29 +86,16 @@ class Proxy:
         self.phases = phases_factory(self.chain_options, self.store)
         # What upstreams refused before generating (400/422), and the one resend that follows.
         self.refusals = open_learning(settings)
-        self.metrics = Metrics()
-        self.body_budget = BodyBudget()  # one app per process: every connection's bodies
+        self.metrics = metrics = Metrics()
+        self.body_budget = budget = BodyBudget()  # one app per process: every connection's
         # Admission, bookkeeping, sending and learning, shared by every door (exchanges.py).
         # Tracing is None unless OTEL_* asks for traces: each hook is then one attribute test.
+        tracing = Tracing.from_environ(environ)
         self.exchanges = Exchanges(
-            settings,
-            self.transport,
-            self.refusals,
-            self.metrics,
-            Tracing.from_environ(environ),
-            self.proxy_keys,
-            self.body_budget,
+            settings, self.transport, self.refusals, metrics, tracing, self.proxy_keys, budget
         )
         # The Responses and Messages doors' one runner (front_exchange.py).
-        self.fronts = FrontRunner(
-            settings,
-            self.router,
-            self.phases,
-            self.refusals,
-            self.store,
-            self.exchanges,
-            self.metrics,
-        )
+        self.fronts = FrontRunner(self.router, self.phases, self.store, self.exchanges)
 
     @property
     def tracing(self) -> Tracing | None:

@@ -15,22 +15,20 @@ learned refusal calls for a rebuild) -> recall -> record -> phase one -> send, l
 Every path is booked once (log line, metrics, span) with `x-streamfix-repairs`; a repaired
 answer ends with what it taught (`Exchanges.answered`). A recording's client copy gets what the
 client was sent: the front's events or body. A front supplies a `Door` (responses_endpoint.py,
-messages.py); nothing here knows either protocol.
+messages.py; doors.py says what one supplies); nothing here knows either protocol.
 """
 
 from __future__ import annotations
 
 import time
-from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic
 
 import httpx
-from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy.fronts.translator import Refused, Translator
+from proxy.fronts.translator import Refused
 from proxy.fronts.turns import TurnStore
 from proxy.repair.phases import Phases
 from proxy.repair.pipeline import RepairChain
@@ -39,16 +37,13 @@ from proxy.repair.rules import RouteRules
 from proxy.repair.tally import Tally
 from proxy.repair.tenancy import ReceiptScope
 from proxy.server.delivery import SSE_HEADERS, ClosingBody, raw_body, repairs_header
+from proxy.server.doors import Arrival, Door, F, T
 from proxy.server.exchanges import Exchanges, headed, plain_record, request_id_of
 from proxy.server.front_stream import front_events
-from proxy.server.metrics import Metrics
 from proxy.server.record import ExchangeRecord
 from proxy.server.streamed_response import StreamedResponse
-from proxy.settings.schema import Settings
 from proxy.upstream.body_decoding import Decoder, decoded, decoder_for, read_limited
-from proxy.upstream.headers import RawHeaders
-from proxy.upstream.refusals import RefusalLearning
-from proxy.upstream.routes import CHAT_PATH, Router, UpstreamRoute
+from proxy.upstream.routes import CHAT_PATH, Router
 from proxy.wire import json_codec
 from proxy.wire.limits import LimitExceeded
 
@@ -56,92 +51,14 @@ ERROR_BODY_BYTES = 65_536
 """How much of an upstream's refusal is read for its message."""
 
 
-class FrontRequest(Protocol):
-    """A front's translation of its request: the chat request and what the bridge did."""
-
-    @property
-    def chat(self) -> dict[str, Any]: ...
-
-    @property
-    def counts(self) -> dict[str, int]: ...
-
-    @property
-    def stream(self) -> bool: ...
-
-
-F = TypeVar("F", bound=FrontRequest)
-T = TypeVar("T", bound=Translator)
-
-
-@dataclass(frozen=True, slots=True)
-class Arrival:
-    """What a door sees of its exchange: the request as it goes upstream (the door's own
-    headers rewritten), the client's headers as sent, the route, and the turn store of this
-    tenant on this upstream."""
-
-    request: Request
-    client_headers: Headers
-    route: UpstreamRoute
-    turns: TurnStore
-
-
-class Door(ABC, Generic[F, T]):
-    """One front's protocol: its translation both ways, its error shape and its heartbeat."""
-
-    store_failed_kind: str
-    """What the runner counts when the store did not take an answer's turn or records."""
-
-    @property
-    @abstractmethod
-    def heartbeat_seconds(self) -> float:
-        """Upstream silence after which the translator's heartbeat goes out."""
-
-    def chat_headers(self, raw: RawHeaders) -> RawHeaders:
-        """The client's headers as the chat upstream takes them (unchanged by default)."""
-        return raw
-
-    @abstractmethod
-    def error(self, status: int, message: str, code: str) -> Response:
-        """The proxy's own error, in the front's shape."""
-
-    def restyled(self, response: Response) -> Response:
-        """An error the proxy answered in OpenAI's shape (keys, limits, an unreachable
-        upstream), in the front's (unchanged by default)."""
-        return response
-
-    @abstractmethod
-    def upstream_refusal(self, status: int, body: bytes) -> Response:
-        """An upstream's error body (as much as was read), in the front's shape."""
-
-    @abstractmethod
-    async def translate(self, body: dict[str, Any], arrival: Arrival) -> F:
-        """The front's request as chat; raises `Refused` for one the front refuses."""
-
-    @abstractmethod
-    def translator(self, front: F, body: dict[str, Any], arrival: Arrival) -> T: ...
-
-    @abstractmethod
-    def whole_body(self, front: F, translator: T, completion: dict[str, Any]) -> tuple[bytes, str]:
-        """A repaired whole chat completion as the front's body, and its media type."""
-
-    def records(
-        self, front: F, forwarded: dict[str, Any], translator: T, turn: dict[str, Any] | None
-    ) -> dict[str, dict[str, Any]]:
-        """What the front keeps beside the turn (unscoped store keys): nothing by default."""
-        return {}
-
-
 @dataclass(frozen=True, slots=True)
 class FrontRunner:
-    """Runs a door's exchanges on the app's router, phases, learning and bookkeeping."""
+    """Runs a door's exchanges on the app's router, phases, store, learning and bookkeeping."""
 
-    settings: Settings
     router: Router
     phases: Phases
-    refusals: RefusalLearning
     store: ReceiptStore
     exchanges: Exchanges
-    metrics: Metrics
 
     async def run(self, door: Door[F, T], request: Request) -> Response:
         exchanges = self.exchanges
@@ -174,7 +91,7 @@ class FrontRunner:
         chat = front.chat
         started = time.monotonic()  # the clock the app's bookkeeping reads
         rules = route.rules(chat.get("model"))
-        recalled = await self.refusals.recall(route.identity, chat, rules)
+        recalled = await exchanges.refusals.recall(route.identity, chat, rules)
         record = exchanges.record(request, request_id, chat, route, started)
         _count(record.tally, front.counts)
         # Phase one: the request repairs on the chat request the front's request became.
@@ -270,10 +187,10 @@ class _Exchange(Generic[F, T]):
         self, upstream: httpx.Response, decoder: Decoder, chain: RepairChain, translator: T
     ) -> Response:
         runner, record = self.runner, self.record
-        runner.metrics.active_streams.inc()
+        runner.exchanges.metrics.active_streams.inc()
 
         def closed() -> None:
-            runner.metrics.active_streams.dec()
+            runner.exchanges.metrics.active_streams.dec()
             runner.exchanges.answered(record, self.arrival.route, self.status)
 
         async def keep() -> None:
@@ -284,7 +201,7 @@ class _Exchange(Generic[F, T]):
             chain,
             translator,
             record.tally,
-            runner.settings.server.max_event_bytes,
+            runner.exchanges.settings.server.max_event_bytes,
             self.door.heartbeat_seconds,
             keep,
         )
@@ -304,7 +221,7 @@ class _Exchange(Generic[F, T]):
         self, upstream: httpx.Response, decoder: Decoder, chain: RepairChain, translator: T
     ) -> Response:
         runner, door, record = self.runner, self.door, self.record
-        limit = runner.settings.server.max_response_bytes
+        limit = runner.exchanges.settings.server.max_response_bytes
         try:
             pieces = decoded(raw_body(upstream), decoder)
             said = await read_limited(pieces, limit, upstream.headers.get("content-length"))

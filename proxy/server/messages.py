@@ -22,8 +22,8 @@ from starlette.responses import JSONResponse, Response
 from proxy.fronts.messages import events as message_events
 from proxy.fronts.messages.request import MessagesError, Translated, error_body, translate
 from proxy.fronts.turns import restore_turns
+from proxy.server.doors import Arrival, Door
 from proxy.server.exchanges import Exchanges, plain_record, request_id_of
-from proxy.server.front_exchange import Arrival, Door
 from proxy.upstream.headers import RawHeaders
 from proxy.wire import json_codec
 

@@ -24,7 +24,7 @@ from proxy.fronts.responses.events import CLEAN, ResponsesEvents, completion_chu
 from proxy.fronts.responses.request import Lookups, Translation, openai_error, translate
 from proxy.fronts.responses.store import ResponsesStore, records
 from proxy.fronts.turns import turn_key
-from proxy.server.front_exchange import Arrival, Door
+from proxy.server.doors import Arrival, Door
 
 KEEPALIVE_SECONDS = 15.0
 STORE_FAILED_KIND = "responses_store_failed"
