@@ -30,6 +30,7 @@ from proxy.server.app import create_app
 from proxy.settings.schema import Settings
 from tests.fronts.messages_checks import parse, violations
 from tests.support.proxies import running_proxy
+from tests.support.raw_upstream import delta_chunk
 from tests.support.servers import serve_in_thread
 
 KEY = "sk-tenant"
@@ -39,16 +40,7 @@ REASONING = "The user asks for a sum."
 GEMINI_SIGNATURE = "CiQBcsjafE2kXoRIGb+2TtRtv7wH9h1Y0Q=="
 
 
-def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-    body = {
-        "id": "chatcmpl-1",
-        "object": "chat.completion.chunk",
-        "created": 1,
-        "model": "m",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    }
-    return b"data: " + orjson.dumps(body) + b"\n\n"
-
+chunk = delta_chunk
 
 DEEPSEEK_TEXT_TURN = [
     # DeepSeek's thinking mode: reasoning first, its first chunk saying "" (content null).
