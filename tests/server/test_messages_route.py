@@ -283,3 +283,28 @@ def test_a_parameter_the_upstream_refuses_is_learned_and_the_request_sent_again(
             assert answer.status_code == 200
             assert violations(parse(answer.content)) == []
         assert ["top_k" in b for b in fake.bodies()] == [True, False, False]
+
+
+def test_anthropic_beta_features_are_read_from_the_clients_headers() -> None:
+    """The table applies to what the client sent (the upstream never gets the header): a
+    feature that needs Anthropic's servers is refused before anything goes upstream, one in
+    neither list is counted."""
+    with running_fake_upstream() as (fake, root), running_proxy(f"{root}/v1") as proxy:
+        refused = httpx.post(
+            f"{proxy}/v1/messages",
+            json=body("openai_text_usage_only_last_chunk"),
+            headers={**HEADERS, "anthropic-beta": "code-execution-2025-05-22"},
+            timeout=30,
+        )
+        assert refused.status_code == 400
+        assert "code-execution-2025-05-22" in refused.json()["error"]["message"]
+        assert not fake.requests
+        unknown = httpx.post(
+            f"{proxy}/v1/messages",
+            json=body("openai_text_usage_only_last_chunk"),
+            headers={**HEADERS, "anthropic-beta": "brand-new-feature-2031-01-01"},
+            timeout=30,
+        )
+        assert unknown.status_code == 200
+        assert "anthropic_beta_unknown:1" in unknown.headers["x-streamfix-repairs"]
+        assert "anthropic-beta" not in fake.requests[-1].headers
