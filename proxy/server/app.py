@@ -49,8 +49,6 @@ from proxy.upstream.transports import upstream_transport
 from proxy.wire import json_codec
 from proxy.wire.credentials import masked_url
 
-__all__ = ["PhasesFactory", "Proxy", "create_app", "new_request_id"]
-
 logger = logging.getLogger(__name__)
 
 PhasesFactory = Callable[[ChainOptions, ReceiptStore], Phases]
