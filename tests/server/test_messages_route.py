@@ -290,21 +290,17 @@ def test_anthropic_beta_features_are_read_from_the_clients_headers() -> None:
     feature that needs Anthropic's servers is refused before anything goes upstream, one in
     neither list is counted."""
     with running_fake_upstream() as (fake, root), running_proxy(f"{root}/v1") as proxy:
-        refused = httpx.post(
-            f"{proxy}/v1/messages",
-            json=body("openai_text_usage_only_last_chunk"),
-            headers={**HEADERS, "anthropic-beta": "code-execution-2025-05-22"},
-            timeout=30,
-        )
+
+        def with_beta(feature: str) -> httpx.Response:
+            headers = {**HEADERS, "anthropic-beta": feature}
+            payload = body("openai_text_usage_only_last_chunk")
+            return httpx.post(f"{proxy}/v1/messages", json=payload, headers=headers, timeout=30)
+
+        refused = with_beta("code-execution-2025-05-22")
         assert refused.status_code == 400
         assert "code-execution-2025-05-22" in refused.json()["error"]["message"]
         assert not fake.requests
-        unknown = httpx.post(
-            f"{proxy}/v1/messages",
-            json=body("openai_text_usage_only_last_chunk"),
-            headers={**HEADERS, "anthropic-beta": "brand-new-feature-2031-01-01"},
-            timeout=30,
-        )
+        unknown = with_beta("brand-new-feature-2031-01-01")
         assert unknown.status_code == 200
         assert "anthropic_beta_unknown:1" in unknown.headers["x-streamfix-repairs"]
         assert "anthropic-beta" not in fake.requests[-1].headers
