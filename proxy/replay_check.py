@@ -4,12 +4,15 @@ compare with what the client was sent when it was recorded."""
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 from proxy.fronts.messages import replay as messages_replay
+from proxy.fronts.responses import replay as responses_replay
 from proxy.repair.conformance import violations
 from proxy.repair.phases import Phases
 from proxy.server.app import PhasesFactory, create_app
@@ -18,6 +21,15 @@ from proxy.settings.schema import Settings
 from proxy.upstream.cassettes import Cassette
 from proxy.upstream.recording import ReplayTransport
 from proxy.upstream.routes import CHAT_PATH
+
+Rendered = Callable[[bytes, bytes, Any], bytes | None]
+
+FRONTS: tuple[tuple[Rendered, Callable[[bytes], bytes]], ...] = (
+    (messages_replay.rendered, messages_replay.without_pings),
+    (responses_replay.rendered, responses_replay.without_keepalives),
+)
+"""Each front's renderer of today's chat answer, and what it leaves out of the recording (the
+heartbeats that depend on timing, not on the repairs)."""
 
 
 @dataclass
@@ -89,10 +101,13 @@ async def check_cassette(path: Path, settings: Settings) -> CassetteResult:
     response = await replayed(cassette, settings)
     output = response.content
     recorded_body = cassette.client_body
-    # A Messages client's cassette: today's chat answer as the Messages front renders it.
-    as_messages = messages_replay.rendered(recorded_body, output, cassette.body_json)
-    if as_messages is not None:
-        output, recorded_body = as_messages, messages_replay.without_pings(recorded_body)
+    # A front client's cassette: today's chat answer as that front renders it.
+    as_front = None
+    for render, comparable in FRONTS:
+        as_front = render(recorded_body, output, cassette.body_json)
+        if as_front is not None:
+            output, recorded_body = as_front, comparable(recorded_body)
+            break
     result = CassetteResult(path.name, output=output)
     if output != recorded_body:
         recorded = recorded_body.decode("utf-8", "replace").splitlines()
@@ -100,7 +115,7 @@ async def check_cassette(path: Path, settings: Settings) -> CassetteResult:
         result.diff = list(
             difflib.unified_diff(recorded, today, "recorded", "today", lineterm="", n=1)
         )
-    if as_messages is None and delivery_of(cassette, response) is Mode.SSE:
+    if as_front is None and delivery_of(cassette, response) is Mode.SSE:
         result.violations = violations(output, settings.tool_calls.emit)
     return result
 

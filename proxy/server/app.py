@@ -21,33 +21,30 @@ from proxy.repair.receipts.store import ReceiptStore, open_store
 from proxy.repair.repairs import ChainOptions
 from proxy.repair.rules import RouteRules
 from proxy.repair.tally import Tally
-from proxy.repair.tenancy import ReceiptScope, tenant_of
+from proxy.repair.tenancy import ReceiptScope
 from proxy.server import messages as messages_front
 from proxy.server import responses_endpoint
 from proxy.server.asgi import StreamfixApp, http_error, internal_error
-from proxy.server.auth import is_allowed
 from proxy.server.body_limits import BodyBudget
-from proxy.server.chat_request import model_of, parse_chat_request, read_body
-from proxy.server.delivery import relay, repaired_json, repaired_sse, repairs_header
+from proxy.server.chat_request import model_of, parse_chat_request
+from proxy.server.delivery import relay, repaired_json, repaired_sse
 from proxy.server.delivery_mode import Mode, delivery_mode
-from proxy.server.errors import ClientError, error_response
-from proxy.server.logs import log_exchange, log_learned, quiet_client_loggers
+from proxy.server.errors import ClientError
+from proxy.server.exchanges import Exchanges, after_first_segment, new_request_id, plain_record
+from proxy.server.front_exchange import FrontRunner
+from proxy.server.logs import quiet_client_loggers
+from proxy.server.messages import MESSAGES
 from proxy.server.metrics import CONTENT_TYPE, Metrics
 from proxy.server.paths import UnsafePath, checked_relative
-from proxy.server.record import ExchangeRecord
+from proxy.server.responses_endpoint import RESPONSES
 from proxy.server.startup import startup_line
 from proxy.server.tracing import Tracing
 from proxy.settings.chain import chain_options
 from proxy.settings.schema import Settings
 from proxy.settings.values import ConfigError, parse_keys
 from proxy.upstream.body_decoding import decoder_for
-from proxy.upstream.context import UPSTREAM, UpstreamContext, client_copy_of
-from proxy.upstream.failures import describe_failure, upstream_origin
-from proxy.upstream.headers import RawHeaders, request_headers, response_headers
-from proxy.upstream.http1 import RETRIED
-from proxy.upstream.outgoing import outgoing_request
-from proxy.upstream.refusals import Rebuild, open_learning
-from proxy.upstream.routes import CHAT_PATH, Router, UpstreamRoute, without_credential_parameters
+from proxy.upstream.refusals import open_learning
+from proxy.upstream.routes import CHAT_PATH, Router
 from proxy.upstream.transports import upstream_transport
 from proxy.wire import json_codec
 from proxy.wire.credentials import masked_url
@@ -87,10 +84,24 @@ class Proxy:
         self.phases = phases_factory(self.chain_options, self.store)
         # What upstreams refused before generating (400/422), and the one resend that follows.
         self.refusals = open_learning(settings)
-        self.metrics = Metrics()
-        self.body_budget = BodyBudget()  # one app per process: every connection's bodies
-        # None unless OTEL_* asks for traces: each hook below is then one attribute test.
-        self.tracing = Tracing.from_environ(environ)
+        self.metrics = metrics = Metrics()
+        self.body_budget = budget = BodyBudget()  # one app per process: every connection's
+        # Admission, bookkeeping, sending and learning, shared by every door (exchanges.py).
+        # Tracing is None unless OTEL_* asks for traces: each hook is then one attribute test.
+        tracing = Tracing.from_environ(environ)
+        self.exchanges = Exchanges(
+            settings, self.transport, self.refusals, metrics, tracing, self.proxy_keys, budget
+        )
+        # The Responses and Messages doors' one runner (front_exchange.py).
+        self.fronts = FrontRunner(self.router, self.phases, self.store, self.exchanges)
+
+    @property
+    def tracing(self) -> Tracing | None:
+        return self.exchanges.tracing
+
+    @tracing.setter
+    def tracing(self, tracing: Tracing | None) -> None:
+        self.exchanges.tracing = tracing
 
     @asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -128,14 +139,18 @@ class Proxy:
         return Response(self.metrics.exposition(), media_type=CONTENT_TYPE)
 
     async def chat_completions(self, request: Request) -> Response:
+        """The chat door, on its own path: no translation, and the client's own bytes go up
+        when no repair changed them. Admission, bookkeeping, the send and the learning are the
+        fronts' too (exchanges.py)."""
+        exchanges = self.exchanges
         request_id = request.headers.get("x-request-id") or new_request_id()
-        raw = await self._admitted_body(request, request_id)
+        raw = await exchanges.admitted_body(request, request_id)
         if isinstance(raw, Response):
             return raw
         try:
             body = parse_chat_request(raw)
         except ClientError as exc:
-            return self._refused(exc, request, request_id, model_of(raw))
+            return exchanges.refused(exc, request, request_id, model_of(raw))
         route = self.router.route_for(body.get("model"))
         renamed = bool(route.upstream.model) and body.get("model") != route.upstream.model
         if renamed:
@@ -143,10 +158,10 @@ class Proxy:
         started = time.monotonic()  # the recall below is part of the exchange's time
         rules = route.rules(body.get("model"))
         recalled = await self.refusals.recall(route.identity, body, rules)
-        record = self._record(request, request_id, body, route, started)
+        record = exchanges.record(request, request_id, body, route, started)
         # Phase one: the request repairs, ending in what goes upstream (the client's own bytes
         # when nothing changed).
-        scope = ReceiptScope(self._tenant(request), route.identity)
+        scope = ReceiptScope(exchanges.tenant(request), route.identity)
         forwarded, changed = await self.phases.request(
             body, recalled.applied(rules), scope, record.tally
         )
@@ -164,11 +179,11 @@ class Proxy:
             record.forwarded, _ = await self.phases.request(again, rules, scope, record.tally)
             return record.forwarded.body
 
-        upstream = await self._send(
+        upstream = await exchanges.send(
             request, route, CHAT_PATH, content, record, resend=forwarded.body, rebuild=rebuild
         )
         if isinstance(upstream, Response):
-            return self._failed(record, upstream)
+            return exchanges.failed(record, upstream)
         forwarded = record.forwarded  # a refusal's resend built it again
         assert forwarded is not None  # set by phase one above
         status = upstream.status_code
@@ -184,25 +199,19 @@ class Proxy:
                     "relayed unrepaired: the proxy does not decode Content-Encoding %r",
                     delivery.unrepaired_encoding,
                 )
-            client_headers = self._client_headers(upstream, request_id, decoded=False)
-            return relay(upstream, record, client_headers, lambda: self._finished(record, status))
+            client_headers = exchanges.client_headers(upstream, request_id, decoded=False)
+            return relay(
+                upstream, record, client_headers, lambda: exchanges.finished(record, status)
+            )
         decoder = decoder_for(encoding)
         assert decoder is not None  # delivery_mode relays what has none
         # Phase two: the stream links, built from what phase one decided.
         chain = self.phases.stream(forwarded, record.tally)
 
         def answered() -> None:
-            """The exchange's end, after what its answer taught (upstream/answer_rules.py)."""
-            assert forwarded is not None
-            learned = self.refusals.answered(
-                route.identity, forwarded.body.get("model"), forwarded.rules, record.tally.repairs
-            )
-            if learned is not None:
-                record.tally.count(learned.kind, 1)
-                log_learned(logger, record, learned)
-            self._finished(record, status)
+            exchanges.answered(record, route, status)
 
-        client_headers = self._client_headers(upstream, request_id, decoded=True)
+        client_headers = exchanges.client_headers(upstream, request_id, decoded=True)
         if delivery.mode is Mode.SSE:
             self.metrics.active_streams.inc()
 
@@ -232,233 +241,36 @@ class Proxy:
         )
 
     async def responses(self, request: Request) -> Response:
-        """`POST /v1/responses`: the Responses front around the chat exchange."""
-        return await responses_endpoint.responses(self, request)
+        """`POST /v1/responses`: the Responses front (responses_endpoint.py) on the runner."""
+        return await self.fronts.run(RESPONSES, request)
 
     async def messages(self, request: Request) -> Response:
-        """Anthropic's Messages API over the chat core (proxy/server/messages.py)."""
-        return await messages_front.messages(self, request)
+        """`POST /v1/messages`: Anthropic's Messages front (messages.py) on the runner."""
+        return await self.fronts.run(MESSAGES, request)
 
     async def count_tokens(self, request: Request) -> Response:
-        return await messages_front.count_tokens(self, request)
+        return await messages_front.count_tokens(self.exchanges, self.router, request)
 
     async def passthrough(self, request: Request) -> Response:
+        exchanges = self.exchanges
         request_id = request.headers.get("x-request-id") or new_request_id()
-        raw = await self._admitted_body(request, request_id)
+        raw = await exchanges.admitted_body(request, request_id)
         if isinstance(raw, Response):
             return raw
         model = model_of(raw)
         route = self.router.route_for(model)
-        record = _plain_record(request, request_id, route.name, model)
+        record = plain_record(request, request_id, route.name, model)
         try:
-            path = checked_relative(_after_first_segment(request.scope))
+            path = checked_relative(after_first_segment(request.scope))
         except UnsafePath as exc:
             error = ClientError(400, str(exc), "invalid_path")
-            return self._refused(error, request, request_id, model)
-        upstream = await self._send(request, route, path, raw, record)
+            return exchanges.refused(error, request, request_id, model)
+        upstream = await exchanges.send(request, route, path, raw, record)
         if isinstance(upstream, Response):
-            return self._failed(record, upstream)
-        headers = self._client_headers(upstream, request_id, decoded=False)
+            return exchanges.failed(record, upstream)
+        headers = exchanges.client_headers(upstream, request_id, decoded=False)
         status = upstream.status_code
-        return relay(upstream, record, headers, lambda: self._finished(record, status))
-
-    async def _admitted_body(self, request: Request, request_id: str) -> bytes | Response:
-        """The body of a request the proxy's keys and limits admit; else the refusal."""
-        try:
-            self._authorize(request)
-            return await read_body(request, self.settings.server, self.body_budget)
-        except ClientError as exc:
-            return self._refused(exc, request, request_id)
-
-    def _refused(
-        self, error: ClientError, request: Request, request_id: str, model: object = None
-    ) -> Response:
-        """A request refused before anything went upstream: logged and counted like the rest,
-        with its model when the body named one."""
-        return self._failed(_plain_record(request, request_id, "-", model), error.response())
-
-    def _failed(self, record: ExchangeRecord, response: Response) -> Response:
-        """The proxy's own error response for an exchange: booked, and headed like the rest."""
-        self._finished(record, response.status_code)
-        response.headers["x-request-id"] = record.request_id
-        response.raw_headers.append(repairs_header(record.tally))
-        return response
-
-    def _authorize(self, request: Request) -> None:
-        if self.proxy_keys and not is_allowed(request.headers, self.proxy_keys):
-            raise ClientError(
-                401,
-                "a valid streamfix API key is required",
-                "invalid_api_key",
-                "authentication_error",
-            )
-
-    def _record(
-        self,
-        request: Request,
-        request_id: str,
-        body: dict[str, Any],
-        route: UpstreamRoute,
-        started: float,
-    ) -> ExchangeRecord:
-        """A chat exchange's record, before its request phase."""
-        return ExchangeRecord(
-            Tally(request_id),
-            route=route.name,
-            method=request.method,
-            path=request.scope["path"],  # the hot path's: request.url builds a URL
-            model=body.get("model"),
-            provider=route.provider,
-            started=started,
-            debug=request.headers.get("x-streamfix-debug") == "1",
-        )
-
-    def _tenant(self, request: Request) -> str | None:
-        """Every credential form the proxy forwards names the tenant, `?key=` included."""
-        query = request.scope.get("query_string", b"")
-        return tenant_of(request.headers, self.settings.receipts.tenant_header, query=query)
-
-    async def _send(
-        self,
-        request: Request,
-        route: UpstreamRoute,
-        path: bytes,
-        content: bytes,
-        record: ExchangeRecord,
-        resend: dict[str, Any] | None = None,
-        rebuild: Rebuild | None = None,
-    ) -> httpx.Response | Response:
-        """Send the request upstream, and take back what the transport handed back with the
-        answer (a recorder's copy). With `resend` (the forwarded chat body), a refusal the
-        upstream answers before generating, of something the route learns, is sent once more
-        without what it refused (upstream/refusals.py; `rebuild` runs the request phase again
-        for a request rule), which the exchange counts and logs."""
-        drop_credential = bool(self.proxy_keys)
-        headers = request_headers(
-            request.scope["headers"],
-            record.request_id,
-            credential=route.upstream_key,
-            drop_credential=drop_credential,
-        )
-        if self.tracing:
-            kind = "chat" if path == CHAT_PATH else "passthrough"
-            headers = self.tracing.start(
-                record, kind, request.method, request.scope["headers"], headers, route
-            )
-        query = request.scope.get("query_string", b"")
-        if route.upstream_key or drop_credential:
-            query = without_credential_parameters(query)
-        outgoing = outgoing_request(
-            request.method,
-            route.url(path, query),
-            headers,
-            content,
-            {
-                "timeout": route.timeout.as_dict(),
-                UPSTREAM: UpstreamContext(route.upstream.base_url, record.profile),
-            },
-        )
-
-        async def dispatch(outgoing: httpx.Request) -> httpx.Response | Response:
-            return await self._dispatch(route, outgoing, record)
-
-        if resend is None or record.forwarded is None:
-            upstream = await dispatch(outgoing)
-        else:
-            upstream, learned = await self.refusals.send(
-                dispatch, route.identity, resend, outgoing, record.forwarded.rules, rebuild
-            )
-            if learned is not None:
-                record.tally.count(learned.kind, len(learned.keys))
-                log_learned(logger, record, learned)
-        if isinstance(upstream, httpx.Response):
-            record.client_copy = client_copy_of(upstream)
-        return upstream
-
-    async def _dispatch(
-        self, route: UpstreamRoute, outgoing: httpx.Request, record: ExchangeRecord
-    ) -> httpx.Response | Response:
-        if logger.isEnabledFor(logging.DEBUG):
-            # Method, host and path only: the query and the URL's userinfo may carry a key.
-            url = outgoing.url
-            where = f"{url.scheme}://{upstream_origin(url)}{url.path}"
-            logger.debug("[%s] upstream %s %s", record.request_id, outgoing.method, where)
-        started = time.monotonic()
-        try:
-            response = await self._send_upstream(outgoing, record)
-            response.request = outgoing
-        except httpx.HTTPError as exc:
-            # Host and port of the route's upstream, never its path or query (they may hold a key)
-            status, message, code = describe_failure(exc, upstream_origin(outgoing.url))
-            logger.warning(
-                "[%s] route %s: upstream failed after %.2fs: %s: %s",
-                record.request_id,
-                route.name,
-                time.monotonic() - started,
-                type(exc).__name__,
-                message,
-            )
-            failure = error_response(status, message, "upstream_error", code)
-            failure.headers["x-request-id"] = record.request_id
-            return failure
-        ttfb = time.monotonic() - started
-        self.metrics.first_byte(route.name, ttfb)
-        if self.tracing:
-            self.tracing.first_byte(record, ttfb, response.status_code)
-        return response
-
-    async def _send_upstream(
-        self, outgoing: httpx.Request, record: ExchangeRecord
-    ) -> httpx.Response:
-        """The request goes upstream once: the app never sends it again by itself (but for a
-        refusal named in a 400/422, once, by upstream/refusals.py). Only the
-        transport knows whether its connection was reused and whether anything came back, so
-        it decides when a second send provably does no harm (Http1Transport) and says so in the
-        response; httpx's transport never sends twice once a request is written."""
-        try:
-            response = await self.transport.handle_async_request(outgoing)
-        except httpx.RemoteProtocolError as exc:
-            # What the upstream did, in the transport's words (no request header or URL in them).
-            logger.warning("[%s] upstream broke the exchange: %.300s", record.request_id, exc)
-            raise
-        retried = response.extensions.get(RETRIED)
-        if retried:
-            record.note("upstream_retried", "%s", retried)
-        return response
-
-    @staticmethod
-    def _client_headers(upstream: httpx.Response, request_id: str, decoded: bool) -> RawHeaders:
-        headers = response_headers(upstream.headers, decoded)
-        headers.append((b"x-request-id", request_id.encode("latin-1")))
-        return headers
-
-    def _finished(self, record: ExchangeRecord, status: int) -> None:
-        """One log line per exchange, and its counts into the metrics."""
-        duration = time.monotonic() - record.started
-        self.metrics.record(record.route, status, duration, record.tally.repairs)
-        answer = record.tally.answer
-        if answer is not None and answer.reported_usage:
-            self.metrics.tokens(record.route, record.provider, record.model, answer)
-        if self.tracing:
-            self.tracing.finished(record, status)
-        log_exchange(logger, record, status, duration)
-
-
-def _plain_record(request: Request, request_id: str, route: str, model: object) -> ExchangeRecord:
-    """An exchange no repair runs on (a passthrough, a refusal): what its line and span name."""
-    return ExchangeRecord(
-        Tally(request_id), route=route, method=request.method, path=request.url.path, model=model
-    )
-
-
-def _after_first_segment(scope: Mapping[str, Any]) -> bytes:
-    """The client's raw path after `/v1/`, as sent (the app normalised it once already)."""
-    raw_path: bytes = scope.get("raw_path") or scope["path"].encode()
-    return raw_path.lstrip(b"/").partition(b"/")[2]
-
-
-def new_request_id() -> str:
-    return os.urandom(16).hex()  # as unique as uuid4, without building a UUID object
+        return relay(upstream, record, headers, lambda: exchanges.finished(record, status))
 
 
 def create_app(

@@ -53,7 +53,7 @@ def relay(
     """Errors, non-SSE bodies and other paths: the upstream's bytes as they come, undecoded
     (their `Content-Encoding` travels with them)."""
     return StreamedResponse(
-        _Closing(upstream, raw_body(upstream), record, on_close),
+        ClosingBody(upstream, raw_body(upstream), record, on_close),
         status_code=upstream.status_code,
         headers=[*headers, repairs_header(record.tally)],
     )
@@ -92,7 +92,7 @@ def repaired_sse(
     )
     kept = [f for f in headers if f[0].lower() not in _SSE_NAMES]
     return StreamedResponse(
-        _Closing(upstream, stream, record, on_close),
+        ClosingBody(upstream, stream, record, on_close),
         status_code=upstream.status_code,
         headers=[*kept, *SSE_HEADERS, repairs_header(tally)],
         media_type="text/event-stream",
@@ -148,7 +148,7 @@ async def _one(content: bytes) -> AsyncIterator[bytes]:
     yield content
 
 
-class _Closing:
+class ClosingBody:
     """The body the client gets, which closes the upstream response and books the exchange
     exactly once, however the stream ends: run out, failed, cancelled, or closed before its
     first byte (a shutdown landing while the response head was still being written), which an
@@ -168,7 +168,7 @@ class _Closing:
         self._copy = record.client_copy
         self._closed = False
 
-    def __aiter__(self) -> _Closing:
+    def __aiter__(self) -> ClosingBody:
         return self
 
     async def __anext__(self) -> bytes:

@@ -667,6 +667,9 @@ COVERED_ELSEWHERE = {
     "messages_field_ignored": "test_golden_a_claude_code_request",
     "tool_call_without_name_dropped": "test_a_call_without_a_name_or_with_arguments_that_are",
     "tool_input_not_an_object": "test_a_call_without_a_name_or_with_arguments_that_are",
+    "messages_receipts_restored": "test_a_turn_the_store_cannot_name_gets_its_receipts_back",
+    "messages_receipt_token_unknown": "test_a_signature_whose_turn_is_gone_is_counted",
+    "messages_store_failed": "test_a_failed_turn_write_is_counted_and_the_answer_still",
     # The parameter kinds need an upstream that refuses a parameter with its real error body
     # (tests/support/rejecting_upstream.py), and two requests for the one learned.
     "parameter_dropped": "test_each_table_rule_meets_an_upstream_that_refuses_exactly_that",

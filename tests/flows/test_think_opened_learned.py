@@ -125,3 +125,60 @@ def test_an_explicit_false_never_learns(stream: bool) -> None:
             assert said == {"content": TEXT, "reasoning_content": ""}
             assert stream or "reasoning_close_unopened" in repairs
         assert "think_opened_by_template_learned" not in httpx.get(f"{proxy}/metrics").text
+
+
+def ask_front(proxy: str, front: str, stream: bool) -> dict[str, str]:
+    """The answer's text and reasoning as the Responses or Messages client reads them."""
+    said = {"content": "", "reasoning_content": ""}
+    if front == "responses":
+        request: dict[str, Any] = {"model": "local-model", "input": "hi", "stream": stream}
+    else:
+        messages = [{"role": "user", "content": "hi"}]
+        request = {"model": "local-model", "max_tokens": 100, "messages": messages}
+        request["stream"] = stream
+    response = httpx.post(f"{proxy}/v1/{front}", json=request, timeout=10)
+    assert response.status_code == 200, response.text
+    if not stream:
+        body = response.json()
+        blocks = body["content"] if front == "messages" else body["output"]
+        for block in blocks:
+            if block["type"] in ("text", "message"):
+                parts = [block] if front == "messages" else block["content"]
+                said["content"] += "".join(part["text"] for part in parts)
+            elif block["type"] == "thinking":
+                said["reasoning_content"] += block["thinking"]
+            elif block["type"] == "reasoning":
+                said["reasoning_content"] += "".join(s["text"] for s in block["summary"])
+        return said
+    fields = {
+        "response.output_text.delta": "content",
+        "response.reasoning_summary_text.delta": "reasoning_content",
+        "text_delta": "content",
+        "thinking_delta": "reasoning_content",
+    }
+    for line in response.text.splitlines():
+        if not line.startswith("data: {"):
+            continue
+        event = orjson.loads(line[6:])
+        delta = event.get("delta")
+        kind = delta.get("type") if isinstance(delta, dict) else event["type"]
+        if kind in fields:
+            said[fields[kind]] += (
+                delta["text"]
+                if kind == "text_delta"
+                else (delta["thinking"] if kind == "thinking_delta" else delta)
+            )
+    return said
+
+
+@pytest.mark.parametrize("stream", [True, False])
+@pytest.mark.parametrize("front", ["responses", "messages"])
+def test_the_fronts_learn_it_from_an_answer_too(front: str, stream: bool) -> None:
+    """The fronts' runner ends an answer the way the chat door does: with what it taught."""
+    with proxied() as proxy:
+        first = ask_front(proxy, front, stream)
+        assert first == {"content": TEXT, "reasoning_content": ""}
+        wait_learned(proxy)
+        second = ask_front(proxy, front, stream)
+        assert second["reasoning_content"] == REASONING
+        assert second["content"].strip() == ANSWER

@@ -173,7 +173,7 @@ def test_the_thinking_signature_is_a_token_for_this_tenant_and_message() -> None
         for e in events
         if e["type"] == "content_block_delta" and e["delta"]["type"] == "signature_delta"
     )
-    assert receipt_tokens.read(signature, scope) == "msg:msg_fixture"
+    assert receipt_tokens.read(signature, scope) == "turn:msg_fixture"
     assert receipt_tokens.read(signature, "other:up") is None
 
 
@@ -254,7 +254,7 @@ def test_whole_non_streamed() -> None:
         "role": "assistant",
         "model": "m",
         "content": [
-            {"type": "thinking", "thinking": "think", "signature": "sig:msg:msg_1"},
+            {"type": "thinking", "thinking": "think", "signature": "sig:turn:msg_1"},
             {"type": "text", "text": "ok"},
             {"type": "tool_use", "id": "c1", "name": "Bash", "input": {"command": "ls"}},
         ],

@@ -14,7 +14,6 @@ import httpx
 import pytest
 
 from proxy.replay_check import check_directory
-from proxy.server import messages as messages_route
 from proxy.settings.schema import Settings
 from tests.fronts.messages_checks import parse, violations
 from tests.support.fake_upstream import running_fake_upstream
@@ -137,13 +136,13 @@ def test_a_stream_cut_mid_tool_use_is_an_error_not_an_end_turn() -> None:
         assert not any(e["type"] == "message_delta" for e in events)
 
 
-def test_pings_while_the_upstream_is_silent(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(messages_route, "PING_SECONDS", 0.2)
+def test_pings_while_the_upstream_is_silent() -> None:
     pieces = chunked(
         "text/event-stream", [delta_chunk({"content": "late"}, "stop"), b"data: [DONE]\n\n"]
     )
     slow = Reply(pieces, pause=0.7)  # head, then 0.7 s of silence after each piece
-    with raw_upstream(slow) as fake, running_proxy(f"{fake.url}/v1") as proxy:
+    quick = {"server.keepalive_seconds": 0.2}
+    with raw_upstream(slow) as fake, running_proxy(f"{fake.url}/v1", **quick) as proxy:
         events = parse(post(proxy, body("m")).content)
         assert violations(events) == []
         assert any(e["type"] == "ping" for e in events)
@@ -283,3 +282,24 @@ def test_a_parameter_the_upstream_refuses_is_learned_and_the_request_sent_again(
             assert answer.status_code == 200
             assert violations(parse(answer.content)) == []
         assert ["top_k" in b for b in fake.bodies()] == [True, False, False]
+
+
+def test_anthropic_beta_features_are_read_from_the_clients_headers() -> None:
+    """The table applies to what the client sent (the upstream never gets the header): a
+    feature that needs Anthropic's servers is refused before anything goes upstream, one in
+    neither list is counted."""
+    with running_fake_upstream() as (fake, root), running_proxy(f"{root}/v1") as proxy:
+
+        def with_beta(feature: str) -> httpx.Response:
+            headers = {**HEADERS, "anthropic-beta": feature}
+            payload = body("openai_text_usage_only_last_chunk")
+            return httpx.post(f"{proxy}/v1/messages", json=payload, headers=headers, timeout=30)
+
+        refused = with_beta("code-execution-2025-05-22")
+        assert refused.status_code == 400
+        assert "code-execution-2025-05-22" in refused.json()["error"]["message"]
+        assert not fake.requests
+        unknown = with_beta("brand-new-feature-2031-01-01")
+        assert unknown.status_code == 200
+        assert "anthropic_beta_unknown:1" in unknown.headers["x-streamfix-repairs"]
+        assert "anthropic-beta" not in fake.requests[-1].headers

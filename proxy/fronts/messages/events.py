@@ -29,7 +29,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.fronts.messages.request import error_body
+from proxy.fronts.translator import Aborted, Clean, End, UpstreamError
+from proxy.fronts.turns import TurnReceipts, call_extras, turn_key
 from proxy.wire import json_codec
+
+__all__ = ["Aborted", "Clean", "End", "MessageEvents", "UpstreamError", "events_of", "whole"]
 
 Mint = Callable[[str], str]
 """A receipt key -> the signature token for it (receipt_tokens.mint bound to the scope)."""
@@ -48,33 +52,13 @@ def sse(event: dict[str, Any]) -> bytes:
 PING = sse({"type": "ping"})
 
 
-@dataclass(frozen=True)
-class Clean:
-    """The upstream ended normally."""
-
-
-@dataclass(frozen=True)
-class UpstreamError:
-    """The upstream reported an error inside its stream (its chunk, or its message)."""
-
-    body: Any
-
-
-@dataclass(frozen=True)
-class Aborted:
-    """The stream broke off, or outgrew a bound."""
-
-    message: str
-
-
-End = Clean | UpstreamError | Aborted
-
-
 @dataclass
 class _Call:
     id: str = ""
     name: str = ""
     arguments: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Fields beside id, type and function (Gemini's signature), for the kept turn."""
 
 
 def reasoning_text(delta: dict[str, Any]) -> str | None:
@@ -145,7 +129,8 @@ def error_message(body: Any) -> str:
 
 class MessageEvents:
     """One streamed answer's Messages events. Only the first choice is read: Messages has no
-    `n`, and the front never asks for more than one."""
+    `n`, and the front never asks for more than one. Besides the events it builds the repaired
+    assistant chat message (`turn()`), which the signature's token names once it is kept."""
 
     def __init__(
         self,
@@ -168,6 +153,17 @@ class MessageEvents:
         self._matched: Any = None
         self._usage: Any = None
         self.counts: dict[str, int] = {}
+        self._signed = False  # a thinking block went out with a token naming this turn
+        self._clean = False
+        self._texts: list[str] = []
+        self._receipts = TurnReceipts()
+        self._turn_calls: list[dict[str, Any]] = []
+        self._whole: dict[str, Any] | None = None  # a whole answer's chat message
+        self._end: End = Clean()
+
+    @property
+    def answer_id(self) -> str:
+        return self.message_id
 
     def _count(self, kind: str) -> None:
         self.counts[kind] = self.counts.get(kind, 0) + 1
@@ -192,6 +188,9 @@ class MessageEvents:
     def ping(self) -> list[bytes]:
         return [*self.start(), PING]
 
+    def heartbeat(self) -> list[bytes]:
+        return self.ping()
+
     def feed(self, chunk: dict[str, Any]) -> list[bytes]:
         out = self.start()
         if chunk.get("usage"):
@@ -202,6 +201,7 @@ class MessageEvents:
             return out
         delta = choice.get("delta")
         if isinstance(delta, dict):
+            self._receipts.feed(delta)
             thought = reasoning_text(delta)
             if thought is not None:
                 out += self._block("thinking", {"thinking": "", "signature": ""})
@@ -209,6 +209,7 @@ class MessageEvents:
                     out.append(self._delta({"type": "thinking_delta", "thinking": thought}))
             text = delta.get("content")
             if isinstance(text, str) and text:
+                self._texts.append(text)
                 out += self._block("text", {"text": ""})
                 out.append(self._delta({"type": "text_delta", "text": text}))
             for entry in delta.get("tool_calls") or ():
@@ -231,6 +232,7 @@ class MessageEvents:
                 call.name = function["name"]
             if isinstance(function.get("arguments"), str):
                 call.arguments.append(function["arguments"])
+        call.extra.update(call_extras(entry))
 
     def _flush_calls(self) -> list[bytes]:
         out: list[bytes] = []
@@ -248,6 +250,10 @@ class MessageEvents:
                 self._count("tool_input_not_an_object")
                 arguments = "{}"
             block = {"id": call.id or f"toolu_{os.urandom(12).hex()}", "name": call.name}
+            function = {"name": call.name, "arguments": arguments}
+            self._turn_calls.append(
+                {"id": block["id"], "type": "function", "function": function, **call.extra}
+            )
             out += self._close()
             out += self._block("tool_use", {**block, "input": {}})
             out.append(self._delta({"type": "input_json_delta", "partial_json": arguments}))
@@ -276,7 +282,8 @@ class MessageEvents:
             return []
         out = []
         if self._open == "thinking":
-            signature = self._mint(f"msg:{self.message_id}") if self._mint else ""
+            signature = self._mint(turn_key(self.message_id)) if self._mint else ""
+            self._signed = self._signed or bool(signature)
             out.append(self._delta({"type": "signature_delta", "signature": signature}))
         out.append(sse({"type": "content_block_stop", "index": self._next_index}))
         self._open = None
@@ -284,26 +291,62 @@ class MessageEvents:
         return out
 
     def finish(self, end: End) -> list[bytes]:
+        return self.settle(end) + self.terminal()
+
+    def settle(self, end: End) -> list[bytes]:
+        """The blocks closed after a clean end; after a failure, what went out stays as it is
+        and the terminal is the `error` event: nothing is invented after the failure."""
         out = self.start()
-        if isinstance(end, UpstreamError | Aborted):
-            # What already went out stays; nothing is invented after the failure.
-            message = end.message if isinstance(end, Aborted) else error_message(end.body)
-            status = 500 if isinstance(end, Aborted) else 502
-            return [*out, sse(error_body(status, message))]
+        self._end = end
+        if not isinstance(end, Clean):
+            return out
+        self._clean = True
         out += self._flush_calls()  # calls with no finish chunk after them
         out += self._close()
-        reason, sequence = stop_reason(self._finish, self._called, self._matched, self._stops)
-        out.append(
-            sse(
-                {
-                    "type": "message_delta",
-                    "delta": {"stop_reason": reason, "stop_sequence": sequence},
-                    "usage": usage_of(self._usage),
-                }
-            )
-        )
-        out.append(sse({"type": "message_stop"}))
         return out
+
+    def terminal(self) -> list[bytes]:
+        end = self._end
+        if isinstance(end, UpstreamError | Aborted):
+            message = end.message if isinstance(end, Aborted) else error_message(end.body)
+            status = 500 if isinstance(end, Aborted) else 502
+            return [sse(error_body(status, message))]
+        reason, sequence = stop_reason(self._finish, self._called, self._matched, self._stops)
+        delta = {"stop_reason": reason, "stop_sequence": sequence}
+        usage = usage_of(self._usage)
+        return [
+            sse({"type": "message_delta", "delta": delta, "usage": usage}),
+            sse({"type": "message_stop"}),
+        ]
+
+    def whole(self, completion: dict[str, Any]) -> dict[str, Any]:
+        message = whole(
+            completion,
+            self.model,
+            message_id=self.message_id,
+            mint=self._mint,
+            stop_sequences=self._stops,
+        )
+        signed = any(b["type"] == "thinking" and b["signature"] for b in message["content"])
+        choices = completion.get("choices")
+        choice = choices[0] if isinstance(choices, list) and choices else None
+        chat = choice.get("message") if isinstance(choice, dict) else None
+        if signed and isinstance(chat, dict):
+            self._whole = {**chat, "role": "assistant"}
+        return message
+
+    def turn(self) -> dict[str, Any] | None:
+        """The repaired assistant message the thinking signature names; None when no thinking
+        block was signed or the stream failed."""
+        if self._whole is not None:
+            return self._whole
+        if not (self._signed and self._clean):
+            return None
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(self._texts) or None}
+        message.update(self._receipts.fields())
+        if self._turn_calls:
+            message["tool_calls"] = self._turn_calls
+        return message
 
 
 def whole(
@@ -324,7 +367,7 @@ def whole(
     content: list[dict[str, Any]] = []
     thought = reasoning_text(chat)
     if thought is not None:
-        signature = mint(f"msg:{message_id}") if mint else ""
+        signature = mint(turn_key(message_id)) if mint else ""
         content.append({"type": "thinking", "thinking": thought, "signature": signature})
     text = chat.get("content")
     if isinstance(text, str) and text:

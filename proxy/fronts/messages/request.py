@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.fronts.translator import Refused
 from proxy.wire import json_codec
 
 ReadToken = Callable[[str], str | None]
@@ -45,13 +46,11 @@ def error_body(status: int, message: str) -> dict[str, Any]:
     return {"type": "error", "error": {"type": error_type(status), "message": message}}
 
 
-class MessagesError(Exception):
+class MessagesError(Refused):
     """A request the Messages front refuses, with the status and body Anthropic would send."""
 
     def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
-        self.body = error_body(status, message)
+        super().__init__(message, status, error_body(status, message))
 
 
 # anthropic-beta features, by what the front does with them. Features that only change how
@@ -106,10 +105,22 @@ class Translated:
     counts: dict[str, int] = field(default_factory=dict)
     receipt_keys: dict[int, str] = field(default_factory=dict)
     """Chat message position -> the receipt key its thinking block's signature carried."""
+    stop_sequences: list[str] = field(default_factory=list)
+    """What `stop_reason: "stop_sequence"` may name."""
 
     def count(self, kind: str, amount: int = 1) -> None:
         if amount:
             self.counts[kind] = self.counts.get(kind, 0) + amount
+
+    @property
+    def chat(self) -> dict[str, Any]:
+        """The chat request (the name every front's translation gives it)."""
+        return self.body
+
+    def receipt_messages(self) -> list[tuple[dict[str, Any], str]]:
+        """(assistant message, receipt key) for every thinking signature read back."""
+        messages = self.body["messages"]
+        return [(messages[position], key) for position, key in self.receipt_keys.items()]
 
 
 def _foreign(token: str) -> None:
@@ -150,6 +161,7 @@ def translate(
         # the field has it dropped by the parameter learning and sent again).
         chat["stream_options"] = {"include_usage": True}
     _sampling(body, chat)
+    out.stop_sequences = list(chat.get("stop") or ())
     _tools(body, chat)
     _thinking(body, chat, out)
     structured = _output_format(body, chat)

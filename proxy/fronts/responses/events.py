@@ -2,8 +2,9 @@
 
 Fed one repaired chat-completion chunk at a time (`feed`), then told how the stream ended
 (`settle` closes the items, `terminal` says how the response ended; `finish` is both). Pure:
-no I/O. Between `settle` and `terminal` the caller writes what `assistant_message()` and
-`output` hold to the store: clients fire their next request the moment the terminal arrives.
+no I/O. Between `settle` and `terminal` the caller writes what `turn()` and `output` hold to
+the store: clients fire their next request the moment the terminal arrives. The interface is
+every front's (fronts/translator.py).
 
 The sequence (RESPONSES.md §1, from OpenAI's own captures): `response.created`,
 `response.in_progress`; per item `output_item.added` before any delta and `output_item.done`
@@ -26,38 +27,28 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import orjson
 
 from proxy.fronts.responses.request import CUSTOM_INPUT, NAMESPACE_SEPARATOR, Translation
-from proxy.repair.profiles import ReceiptRule
-from proxy.repair.receipts.capture import FieldBuilder
+from proxy.fronts.translator import CLEAN, Aborted, Clean, End, UpstreamError
+from proxy.fronts.turns import TurnReceipts, call_extras
+
+__all__ = ["CLEAN", "End", "ResponsesEvents", "aborted", "upstream_error", "whole"]
 
 Chunk = dict[str, Any]
 Event = dict[str, Any]
-_DETAILS = ReceiptRule("reasoning_details", ("reasoning_details",), "tool_turn", "by_index")
-
-
-@dataclass(frozen=True, slots=True)
-class End:
-    """How the repaired chat stream ended."""
-
-    kind: Literal["clean", "upstream_error", "aborted"]
-    error: dict[str, Any] | None = None
-    """The upstream's error body (`upstream_error`), or the proxy's message (`aborted`)."""
-
-
-CLEAN = End("clean")
 
 
 def upstream_error(body: dict[str, Any]) -> End:
-    return End("upstream_error", body)
+    return UpstreamError(body)
 
 
 def aborted(message: str, code: str = "stream_aborted") -> End:
-    return End("aborted", {"message": message, "code": code})
+    return Aborted(message, code)
 
 
 def new_id(prefix: str) -> str:
@@ -94,10 +85,13 @@ class ResponsesEvents:
         response_id: str | None = None,
         token: str | None = None,
         created_at: int | None = None,
+        item_id: Callable[[str], str] = new_id,
     ) -> None:
         self.translation = translation
         self.request = request
         self.id = response_id or new_id("resp_")
+        self._item_id = item_id
+        """An item's id from its prefix (a replay gives the recorded ones back)."""
         self.token = token
         """The receipt token minted for this response's turn (None: no tenant, none kept)."""
         self.created_at = int(time.time()) if created_at is None else created_at
@@ -110,8 +104,14 @@ class ResponsesEvents:
         self._sequence = 0
         self._calls: dict[int, _Item] = {}
         self._current: _Item | None = None  # the open reasoning or message item
-        self._receipts: dict[str, Any] = {}  # the assistant message's own extra fields
+        self._receipts = TurnReceipts()  # the assistant message's own extra fields
         self._started = False
+        self.counts: dict[str, int] = {}
+        """The events translation changes nothing it could count: always empty."""
+
+    @property
+    def answer_id(self) -> str:
+        return self.id
 
     # ── the stream ──────────────────────────────────────────────────────────
 
@@ -130,6 +130,9 @@ class ResponsesEvents:
         gives up after 300 s) and means nothing else."""
         return self._event("response.in_progress", response=self.response())
 
+    def heartbeat(self) -> list[bytes]:
+        return [*self.start(), self.keepalive()]
+
     def feed(self, chunk: Chunk) -> list[bytes]:
         out = self.start()
         usage = chunk.get("usage")
@@ -147,22 +150,14 @@ class ResponsesEvents:
 
     def _delta(self, delta: dict[str, Any]) -> list[bytes]:
         out: list[bytes] = []
+        self._receipts.feed(delta)
         spoken = any(isinstance(delta.get(n), str) for n in ("reasoning_content", "reasoning"))
         for name, value in delta.items():
-            if name in ("role", "content", "tool_calls", "refusal", "function_call"):
-                continue
             if name in ("reasoning_content", "reasoning") and isinstance(value, str):
-                self._grow(name, value)
                 out += self._reasoning(value)
-            elif name == "reasoning_details" and isinstance(value, list):
-                details = self._receipts.get(name)
-                if not isinstance(details, FieldBuilder):
-                    details = self._receipts[name] = FieldBuilder(_DETAILS)
-                details.feed(delta)  # pieces merged by index and type, as the repairs do
-                if not spoken:  # OpenRouter also says it as `reasoning`: shown once
-                    out += self._reasoning("".join(_detail_text(piece) for piece in value))
-            elif value is not None:
-                self._receipts[name] = value  # extra_content and the like, as last sent
+            elif name == "reasoning_details" and isinstance(value, list) and not spoken:
+                # OpenRouter also says it as `reasoning`: shown once
+                out += self._reasoning("".join(_detail_text(piece) for piece in value))
         for text in (delta.get("content"), delta.get("refusal")):
             if isinstance(text, str) and text:
                 out += self._text(text)
@@ -172,12 +167,6 @@ class ResponsesEvents:
                 if isinstance(call, dict):
                     out += self._call(call)
         return out
-
-    def _grow(self, name: str, value: str) -> None:
-        pieces = self._receipts.get(name)
-        if not isinstance(pieces, _Pieces):
-            pieces = self._receipts[name] = _Pieces()
-        pieces.append(value)
 
     def _reasoning(self, text: str) -> list[bytes]:
         if not text:
@@ -242,9 +231,7 @@ class ResponsesEvents:
                 item.namespace, item.name = self.translation.namespaced[name]
             self._calls[position] = item
             out.append(self._added(item))
-        for name, value in call.items():
-            if name not in ("index", "id", "type", "function") and value is not None:
-                item.extra[name] = value
+        item.extra.update(call_extras(call))
         arguments = function.get("arguments")
         if isinstance(arguments, str) and arguments:
             item.text.append(arguments)
@@ -265,7 +252,7 @@ class ResponsesEvents:
         """Close what is open and decide the status; the terminal follows with `terminal()`.
         After an upstream error or an abort, the items stay as they were (incomplete)."""
         out = self.start()
-        if end.kind == "clean":
+        if isinstance(end, Clean):
             out += self._close_all()
             out += self._receipt_carrier()
             if self.finish_reason == "length":
@@ -305,8 +292,17 @@ class ResponsesEvents:
     def finish(self, end: End = CLEAN) -> list[bytes]:
         return self.settle(end) + self.terminal()
 
+    def whole(self, completion: dict[str, Any]) -> dict[str, Any]:
+        return whole(self, completion)
+
+    def turn(self) -> dict[str, Any] | None:
+        """The turn the token names, once the response did not fail."""
+        if self.token is None or self.status == "failed":
+            return None
+        return self.assistant_message()
+
     def _open(self, kind: Any, prefix: str) -> _Item:
-        item = _Item(kind, new_id(prefix), len(self.items))
+        item = _Item(kind, self._item_id(prefix), len(self.items))
         self.items.append(item)
         if kind in ("reasoning", "message"):
             self._current = item
@@ -506,10 +502,7 @@ class ResponsesEvents:
         message: dict[str, Any] = {"role": "assistant"}
         texts = [item.joined() for item in self.items if item.kind == "message"]
         message["content"] = "".join(texts) if texts else None
-        for name, value in self._receipts.items():
-            if isinstance(value, FieldBuilder):
-                value = value.value()
-            message[name] = str(value) if isinstance(value, _Pieces) else value
+        message.update(self._receipts.fields())
         calls = [item for item in self.items if item.kind in ("function_call", "custom_tool_call")]
         if calls:
             message["tool_calls"] = [
@@ -530,13 +523,6 @@ class ResponsesEvents:
         event = {"type": kind, "sequence_number": self._sequence, **fields}
         self._sequence += 1
         return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
-
-
-class _Pieces(list[str]):
-    """A text receipt growing from deltas, joined once."""
-
-    def __str__(self) -> str:
-        return "".join(self)
 
 
 def _flat(item: _Item) -> str:
@@ -590,7 +576,10 @@ def _int(value: Any) -> int:
 
 
 def _error_of(end: End) -> dict[str, Any]:
-    body = end.error or {}
+    if isinstance(end, Aborted):
+        body: dict[str, Any] = {"message": end.message, "code": end.code}
+    else:
+        body = end.body if isinstance(end, UpstreamError) and isinstance(end.body, dict) else {}
     inner = body.get("error") if isinstance(body.get("error"), dict) else body
     code = inner.get("code") if isinstance(inner, dict) else None
     message = inner.get("message") if isinstance(inner, dict) else None

@@ -28,6 +28,8 @@ from typing import Any
 import orjson
 
 from proxy.fronts.receipt_tokens import read as read_token
+from proxy.fronts.translator import Refused
+from proxy.fronts.turns import restore_turns
 
 Message = dict[str, Any]
 Item = dict[str, Any]
@@ -71,20 +73,18 @@ CALL_OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output"})
 CUSTOM_INPUT = "input"
 
 
-class FrontError(Exception):
+class FrontError(Refused):
     """A request the front refuses: the HTTP status and OpenAI's error body."""
 
     def __init__(self, status: int, message: str, code: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.body = {
-            "error": {
-                "message": message,
-                "type": "invalid_request_error",
-                "param": param,
-                "code": code,
-            }
-        }
+        super().__init__(message, status, openai_error(message, code, param))
+
+
+def openai_error(
+    message: str, code: str, param: str | None = None, kind: str = "invalid_request_error"
+) -> dict[str, Any]:
+    """OpenAI's error body."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
 def unsupported(param: str, why: str) -> FrontError:
@@ -125,9 +125,9 @@ class Translation:
         if amount:
             self.counts[kind] = self.counts.get(kind, 0) + amount
 
-    def transcript_without_instructions(self) -> list[Message]:
-        messages: list[Message] = self.chat["messages"]
-        # By value: the request repairs may have rebuilt the list (and its messages).
+    def transcript_without_instructions(self, messages: list[Message]) -> list[Message]:
+        """`messages` (what went upstream) without the `instructions` this request put first.
+        By value: the request repairs may have rebuilt the list (and its messages)."""
         if self.instructions is not None and messages and messages[0] == self.instructions:
             return messages[1:]
         return list(messages)
@@ -145,7 +145,7 @@ async def translate(body: dict[str, Any], lookups: Lookups) -> Translation:
         store=body.get("store") is not False,
         model=model,
     )
-    tools = _tools(body.get("tools"), translation)
+    tools = chat_tools(body.get("tools"), translation)
     messages: list[Message] = []
     previous = body.get("previous_response_id")
     if previous is not None:
@@ -305,37 +305,10 @@ async def _messages(input_: Any, lookups: Lookups, translation: Translation) -> 
             translation.count("responses_item_reference")
             item = resolved
         folder.add(item, where)
-    for message, key in folder.receipts:
-        stored = await lookups.turn(key)
-        if stored is None:
-            translation.count("responses_receipt_token_unknown")
-            continue
-        translation.count("responses_receipts_restored", _restore(message, stored))
+    restored, unknown = await restore_turns(folder.receipts, lookups.turn)
+    translation.count("responses_receipt_token_unknown", unknown)
+    translation.count("responses_receipts_restored", restored)
     return folder.messages
-
-
-def _restore(message: Message, stored: Message) -> int:
-    """Put the stored turn's receipts on the message the client sent back: every field the
-    upstream added beside content and calls (reasoning_content, reasoning_details,
-    extra_content...), and each call's own extra fields (Gemini's signature), by call id.
-    What the client sent is kept; returns how many fields were put."""
-    put = 0
-    for name, value in stored.items():
-        if name in ("role", "content", "tool_calls") or value in (None, "", []):
-            continue
-        if message.get(name) in (None, "", []):
-            message[name] = value
-            put += 1
-    sent = {c.get("id"): c for c in message.get("tool_calls") or () if isinstance(c, dict)}
-    for call in stored.get("tool_calls") or ():
-        target = sent.get(call.get("id")) if isinstance(call, dict) else None
-        if target is None:
-            continue
-        for name, value in call.items():
-            if name not in ("id", "type", "function", "index") and name not in target:
-                target[name] = value
-                put += 1
-    return put
 
 
 def _content(content: Any, where: str) -> str | list[dict[str, Any]]:
@@ -386,7 +359,9 @@ def _text(output: Any) -> str:
 # ── tools and parameters ─────────────────────────────────────────────────────
 
 
-def _tools(tools: Any, translation: Translation) -> list[dict[str, Any]]:
+def chat_tools(tools: Any, translation: Translation) -> list[dict[str, Any]]:
+    """Responses tools as chat functions; the translation learns which are custom and which
+    were flattened from a namespace (the events name them back)."""
     if tools is None:
         return []
     if not isinstance(tools, list):

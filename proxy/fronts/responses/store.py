@@ -1,9 +1,11 @@
-"""What the Responses front keeps between exchanges, in the receipt store's backend (so Redis
-shares it between replicas, under the receipt store's TTL), scoped per tenant and upstream.
+"""What the Responses front keeps between exchanges besides the turn (fronts/turns.py), in the
+receipt store's backend (so Redis shares it between replicas, under the receipt store's TTL),
+scoped per tenant and upstream.
 
-- `turn:{response id}`: the repaired assistant chat message of one response, receipts
-  attached. The reasoning item's `encrypted_content` token names it, so a client that keeps no
-  state (Codex, `store: false`) gets the receipts back on the right assistant message.
+- `turn:{response id}` (fronts/turns.py): the repaired assistant chat message of one
+  response, receipts attached. The reasoning item's `encrypted_content` token names it, so a
+  client that keeps no state (Codex, `store: false`) gets the receipts back on the right
+  assistant message.
 - `resp:{response id}`: the repaired chat transcript up to and including the response's
   assistant turn, without the `instructions` (OpenAI does not carry them over a
   `previous_response_id`), for a continuation.
@@ -21,38 +23,19 @@ from typing import Any
 
 import orjson
 
-from proxy.repair.receipts.store import ReceiptStore
-from proxy.repair.tenancy import ReceiptScope
+from proxy.fronts.turns import TurnStore
 
 MAX_TRANSCRIPT_BYTES = 8 * 1_048_576
 
 
 @dataclass(frozen=True, slots=True)
-class ResponsesStore:
+class ResponsesStore(TurnStore):
     """The front's view of the receipt store for one tenant on one upstream."""
 
-    store: ReceiptStore
-    scope: ReceiptScope
-
-    @property
-    def usable(self) -> bool:
-        """A request without a credential has no tenant: nothing is kept or read for it."""
-        return self.scope.keeps_receipts
-
-    @property
-    def token_scope(self) -> str:
-        """What a receipt token is bound to: this tenant on this upstream."""
-        return self.scope.key("") if self.usable else ""
-
     async def transcript(self, response_id: str) -> list[dict[str, Any]] | None:
-        found = await self._get(f"resp:{response_id}")
+        found = await self.get(f"resp:{response_id}")
         messages = found.get("messages") if found else None
         return messages if isinstance(messages, list) else None
-
-    async def turn(self, receipt_key: str) -> dict[str, Any] | None:
-        found = await self._get(receipt_key)
-        message = found.get("message") if found else None
-        return message if isinstance(message, dict) else None
 
     async def items(self, item_ids: list[str]) -> dict[str, dict[str, Any]]:
         if not self.usable or not item_ids:
@@ -68,31 +51,23 @@ class ResponsesStore:
     async def save(
         self,
         response_id: str,
-        assistant: dict[str, Any],
+        assistant: dict[str, Any] | None,
         transcript: list[dict[str, Any]] | None,
         items: list[dict[str, Any]],
     ) -> bool:
-        """Keep one response: its turn always (the token points there), the transcript and the
-        items when the client asked to store. False when the backend failed or nothing could
-        be kept."""
-        if not self.usable:
-            return False
-        records: dict[str, dict[str, Any]] = {
-            self.scope.key(turn_key(response_id)): {"message": assistant}
-        }
-        if transcript is not None and len(orjson.dumps(transcript)) <= MAX_TRANSCRIPT_BYTES:
-            records[self.scope.key(f"resp:{response_id}")] = {"messages": transcript}
-        for item in items:
-            if isinstance(item.get("id"), str):
-                records[self.scope.key(f"item:{item['id']}")] = {"item": item}
-        return await self.store.put_many(records)
-
-    async def _get(self, key: str) -> dict[str, Any] | None:
-        if not self.usable:
-            return None
-        full = self.scope.key(key)
-        return (await self.store.get_many([full])).get(full)
+        """Keep one response: its turn (the token points there), the transcript and the items
+        when the client asked to store. False when the backend failed or nothing was kept."""
+        return await self.keep(response_id, assistant, records(response_id, transcript, items))
 
 
-def turn_key(response_id: str) -> str:
-    return f"turn:{response_id}"
+def records(
+    response_id: str, transcript: list[dict[str, Any]] | None, items: list[dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """The records a stored response adds beside its turn (unscoped keys)."""
+    out: dict[str, dict[str, Any]] = {}
+    if transcript is not None and len(orjson.dumps(transcript)) <= MAX_TRANSCRIPT_BYTES:
+        out[f"resp:{response_id}"] = {"messages": transcript}
+    for item in items:
+        if isinstance(item.get("id"), str):
+            out[f"item:{item['id']}"] = {"item": item}
+    return out

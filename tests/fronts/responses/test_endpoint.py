@@ -13,7 +13,6 @@ import httpx
 import orjson
 import pytest
 
-from proxy.server import responses_endpoint
 from proxy.server.app import create_app
 from proxy.settings.schema import Settings
 from tests.fronts.responses.events_support import USAGE, call, delta
@@ -46,9 +45,15 @@ def streamed(parts: list[bytes], fail: Exception | None = None, pause: float = 0
     return handler
 
 
-def post(upstream: Upstream, body: dict[str, Any], **headers: str) -> tuple[httpx.Response, Any]:
+def post(
+    upstream: Upstream, body: dict[str, Any], keepalive: float = 15.0, **headers: str
+) -> tuple[httpx.Response, Any]:
     settings = Settings().with_values(
-        {"upstream.base_url": "http://up.test/v1", "repairs.strict": True}
+        {
+            "upstream.base_url": "http://up.test/v1",
+            "repairs.strict": True,
+            "server.keepalive_seconds": keepalive,
+        }
     )
     app = create_app(settings, transport=httpx.MockTransport(upstream))
 
@@ -143,10 +148,9 @@ def test_a_stream_cut_mid_call_is_response_failed() -> None:
     assert not any(e["type"] == "response.output_item.done" for e in events)
 
 
-def test_keepalives_while_the_upstream_is_silent(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(responses_endpoint, "KEEPALIVE_SECONDS", 0.05)
+def test_keepalives_while_the_upstream_is_silent() -> None:
     parts = sse(delta(content="late"), delta(finish="stop"))
-    response, _ = post(streamed(parts, pause=0.3), BODY)
+    response, _ = post(streamed(parts, pause=0.3), BODY, keepalive=0.05)
     events = events_of(response)
     check_invariants(events)
     kinds = [e["type"] for e in events]
@@ -261,8 +265,6 @@ def test_a_client_leaving_during_keepalives_closes_cleanly(
     from tests.support.servers import serve_in_thread
     from tests.support.waiting import wait_until
 
-    monkeypatch.setattr(responses_endpoint, "KEEPALIVE_SECONDS", 0.05)
-
     async def silent(request: Any) -> StreamingResponse:
         async def body() -> AsyncIterator[bytes]:
             yield b"data: " + orjson.dumps(delta(content="hi")) + b"\n\n"
@@ -275,7 +277,7 @@ def test_a_client_leaving_during_keepalives_closes_cleanly(
     with (
         caplog.at_level(logging.INFO),
         serve_in_thread(upstream) as root,
-        running_proxy(f"{root}/v1") as proxy,
+        running_proxy(f"{root}/v1", **{"server.keepalive_seconds": 0.05}) as proxy,
     ):
         with httpx.stream("POST", f"{proxy}/v1/responses", json=BODY, headers=KEY) as response:
             seen = 0
