@@ -27,10 +27,14 @@ from proxy.repair.profiles import (
 
 SCHEMA_DIALECT_NAMES = ("auto", "none", *DIALECTS)
 TOOL_NAME_RULE_NAMES = ("auto", "none", *TOOL_NAME_RULES)
+RESPONSE_FORMAT_SCHEMAS = ("as_sent", "json_object")
+"""How a `json_schema` response format goes up: as the client sent it, or as `json_object`
+with the schema in the prompt (proxy/repair/repairs/response_format.py)."""
 LEARNABLE_KEYS = (
     "schema_dialect",
     "tool_names",
     *(rule.name for rule in fields(MessageRules)),
+    "response_format_schema",
     "think_opened_by_template",
 )
 """The keys the upstream may teach a route while they are "auto": by its refusal
@@ -87,6 +91,14 @@ class RouteRuleKeys:
     (the profile's: gemini and vertex "gemini", openai and deepseek "openai", others none),
     "none", "openai" (`[a-zA-Z0-9_-]{1,64}`), "gemini" (`[a-zA-Z_][a-zA-Z0-9_.:-]{0,63}`).
     Left "auto", also learned from the upstream's own refusal."""
+    response_format_schema: str = "auto"
+    """A `response_format` of type `json_schema` (structured output: the AI SDK's
+    generateObject, Claude Code's session title): "as_sent", or "json_object": it goes up as
+    `{"type": "json_object"}`, and the schema goes into the leading system message as "Answer
+    with one JSON object, and nothing else, that validates against this JSON schema: …", for
+    upstreams that take JSON mode but not a schema (DeepSeek: "This response_format type is
+    unavailable now"). "auto" (as sent until learned): learned from the upstream's own refusal,
+    never from its name."""
     learn_rejected_parameters: bool = True
     """When the upstream answers 400/422 naming a top-level parameter the request sent (not
     model, messages, tools, tool_choice or stream), send the request once more without it, and
@@ -107,6 +119,11 @@ class RouteRuleKeys:
         one_of("tool_content", self.tool_content, ("auto", *TOOL_CONTENTS))
         one_of("tool_call_ids", self.tool_call_ids, ("auto", *TOOL_CALL_IDS))
         one_of("tool_names", self.tool_names, TOOL_NAME_RULE_NAMES)
+        one_of(
+            "response_format_schema",
+            self.response_format_schema,
+            ("auto", *RESPONSE_FORMAT_SCHEMAS),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +142,8 @@ class RouteRules:
     """The message shapes the upstream takes."""
     markup: MarkupRules = field(default_factory=MarkupRules)
     """What the markup repairs may do with text that is really calls or reasoning."""
+    response_format_schema: str = "as_sent"
+    """How a `json_schema` response format goes up (one of `RESPONSE_FORMAT_SCHEMAS`)."""
     learn_rejected_parameters: bool = True
     """A 400/422 naming a parameter gets one more send without it, and is remembered."""
     learnable: frozenset[str] = field(default=frozenset(LEARNABLE_KEYS), compare=False)
@@ -151,6 +170,8 @@ def resolve(keys: RouteRuleKeys, profile: ProviderProfile) -> RouteRules:
             reasoning_field=keys.reasoning_field,
             think_opened_by_template=keys.think_opened_by_template is True,  # "auto": not yet
         ),
+        # No profile says "json_object": the refusal does, whatever the host (auto: as sent).
+        response_format_schema=_resolved(keys.response_format_schema, "as_sent"),
         learn_rejected_parameters=keys.learn_rejected_parameters,
         learnable=frozenset(key for key in LEARNABLE_KEYS if getattr(keys, key) == "auto"),
     )

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from proxy.repair.profiles import MessageRules
+from proxy.repair.repairs.response_format import asks_json_schema
 from proxy.repair.rules import RouteRules
 from proxy.upstream.error_messages import error_messages
 from proxy.wire.json_shapes import objects_in
@@ -287,6 +288,29 @@ REQUEST_RULES: tuple[RequestRule, ...] = (
             re.compile(r"tool messages must contain string content"),
         ),
         _tool_parts,
+    ),
+    RequestRule(
+        "response_format_schema",
+        "json_object",
+        VALIDATION,
+        (
+            # DeepSeek: {"error":{"message":"This response_format type is unavailable now",
+            # "type":"invalid_request_error","param":null,"code":"invalid_request_error"}}, 400
+            # (llm-exe#662, inspect_ai#4916, Vane#969); before, serde's "Failed to deserialize
+            # the JSON body into the target type: response_format: response_format.type
+            # `json_schema` is unavailable now at line 1 column 1193" (litellm#7580,
+            # browser-use#215; a 422 in deep-research#22).
+            re.compile(r"This response_format type is unavailable now"),
+            re.compile(r"response_format\.type `json_schema` is unavailable now"),
+            # Groq, for a model without structured outputs: "This model does not support
+            # response format `json_schema`. See supported models at https://console.groq.com/
+            # docs/structured-outputs#supported-models" (param "response_format", 400).
+            re.compile(r"does not support response format `json_schema`"),
+            # vLLM before it took schemas (vllm#7654): pydantic's literal_error at
+            # response_format.type, "Input should be 'text' or 'json_object'".
+            re.compile(r"Input should be 'text' or 'json_object'"),
+        ),
+        asks_json_schema,
     ),
 )
 """Every request rule a refusal can call for, in the order they are tried."""

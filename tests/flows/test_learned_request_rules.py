@@ -40,6 +40,7 @@ from tests.support.refusing_upstream import (
     Checker,
     RefusingUpstream,
     Rejection,
+    deepseek_formats,
     gemini_schemas,
     moonshot_schemas,
     running_refusing_upstream,
@@ -71,6 +72,7 @@ class Case:
 
 
 OBJECT = {"type": "object", "properties": {"path": {"type": "string"}}}
+JSON_SCHEMA = {"type": "json_schema", "json_schema": {"name": "output", "schema": OBJECT}}
 CASES = {
     # Gemini: 'Unknown name "additionalProperties" at 'tools[0]…parameters': Cannot find field.'
     "schema_keyword": Case(
@@ -145,6 +147,12 @@ CASES = {
         "tool_content",
         kimi_tool_content,
         {"messages": history(None, result=[{"type": "text", "text": "sunny"}])},
+    ),
+    # DeepSeek: "This response_format type is unavailable now" (its JSON mode wants "json" said).
+    "response_format_schema": Case(
+        "response_format_schema",
+        deepseek_formats,
+        {"messages": [USER], "response_format": JSON_SCHEMA},
     ),
 }
 
@@ -252,6 +260,16 @@ LOOKALIKES = {
         (422, "text/plain", b"messages[0].role: unknown variant `developer`, expected one of"),
         {"messages": TWO_SYSTEMS[:2]},
     ),
+    # DeepSeek's words about the response format, to a request already in JSON mode (nothing
+    # to downgrade), and in a 429.
+    "json_mode_refused": (
+        refusal_text("This response_format type is unavailable now"),
+        {"messages": [USER], "response_format": {"type": "json_object"}},
+    ),
+    "format_429": (
+        refusal_text("This response_format type is unavailable now", 429),
+        {"messages": [USER], "response_format": JSON_SCHEMA},
+    ),
 }
 
 
@@ -276,6 +294,7 @@ def test_a_text_that_only_looks_like_a_refusal_is_never_retried(
         ("schema_dialect", "none", "schema_keyword"),
         ("developer_role", "keep", "developer_role_serde"),
         ("system_messages", "as_sent", "system_messages"),
+        ("response_format_schema", "as_sent", "response_format_schema"),
     ],
 )
 def test_a_key_set_explicitly_is_never_learned_over(key: str, value: str, case: str) -> None:

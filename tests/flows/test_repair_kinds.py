@@ -675,6 +675,8 @@ COVERED_ELSEWHERE = {
     "parameter_dropped": "test_each_table_rule_meets_an_upstream_that_refuses_exactly_that",
     "parameter_renamed": "test_mistral_keeps_the_clients_own_max_tokens_over_the_renamed_one",
     "parameter_learned": "test_the_learned_drop_is_counted_and_logged_once_with_the_request_id",
+    # A JSON schema format downgraded needs the upstream's refusal first (the DeepSeek fake).
+    "response_format_downgraded": "test_deepseek_refuses_the_schema_once_and_json_mode_goes_from",
     # A reused connection the upstream closed under the request needs a scripted socket.
     "upstream_retried": "test_a_get_retried_by_the_transport_is_counted_and_logged",
     # The schema kinds all come from one rewrite through one count: three run through the

@@ -13,6 +13,12 @@ keep what they handed out so that a test (and the fake itself) can check it come
   otherwise HTTP 400 `The reasoning_content in the thinking mode must be passed back to the
   API.` (`invalid_request_error`). A tool-calling message with reasoning the fake never issued
   for it is rejected the same way. Text-only messages: `reasoning_content` is ignored.
+  **Rule** (`deepseek_response_format`): `response_format` `{"type": "json_schema", …}` gets
+  HTTP 400 `This response_format type is unavailable now` (llm-exe#662, inspect_ai#4916);
+  `{"type": "json_object"}` is taken only when a system or user message says "json" (any case:
+  DeepSeek's own JSON-mode example says "JSON"), else HTTP 400 `Prompt must contain the word
+  'json' in some form to use 'response_format' of type 'json_object'.` (vercel/ai#7913). Both
+  in DeepSeek's OpenAI-shaped error body, checked before anything else.
 - **OpenRouter** (`/api/v1/chat/completions`, e.g. `google/gemini-3-pro-preview`). Every answer
   carries `reasoning_details`: a `reasoning.text` entry (`index` 0, `format`
   "google-gemini-v1", an `id`) streamed as 2-3 pieces sharing the index (text concatenates; only
@@ -70,6 +76,8 @@ from tests.support.gemini_upstream import (
 from tests.support.servers import serve_in_thread
 
 __all__ = [
+    "DEEPSEEK_FORMAT_UNAVAILABLE",
+    "DEEPSEEK_JSON_WORD",
     "DEEPSEEK_MESSAGE",
     "OPENROUTER_MISSING_MESSAGE",
     "TOOL_SCHEMAS",
@@ -82,6 +90,7 @@ __all__ = [
     "Step",
     "TextStep",
     "ToolStep",
+    "deepseek_response_format",
     "running_deepseek_upstream",
     "running_openrouter_upstream",
     "step_of",
@@ -103,6 +112,11 @@ TWO_TURNS: list[list[Step]] = [
 ]
 
 DEEPSEEK_MESSAGE = "The reasoning_content in the thinking mode must be passed back to the API."
+DEEPSEEK_FORMAT_UNAVAILABLE = "This response_format type is unavailable now"
+DEEPSEEK_JSON_WORD = (
+    "Prompt must contain the word 'json' in some form to use 'response_format' of type "
+    "'json_object'."
+)
 OPENROUTER_MISSING_MESSAGE = (
     "Gemini models require OpenRouter reasoning details to be preserved in each request. "
     "Please refer to our docs: "
@@ -247,6 +261,9 @@ class _ReasoningUpstream:
         messages = body["messages"]
         if not all(isinstance(m, dict) for m in messages):
             return self._error(400, self._bad_request_body())
+        refused = self._refused(body)
+        if refused is not None:
+            return self._error(400, refused)
         try:
             self._validate(tenant, messages)
         except Rejected as exc:
@@ -323,6 +340,10 @@ class _ReasoningUpstream:
     def _id_prefix(self) -> str:
         raise NotImplementedError
 
+    def _refused(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        """The error body of a request refused whole, before its messages are read."""
+        return None
+
     def _validate(self, tenant: str, messages: list[dict[str, Any]]) -> None:
         raise NotImplementedError
 
@@ -379,6 +400,9 @@ class DeepSeekUpstream(_ReasoningUpstream):
 
     def _rejection_body(self, rejection: Rejection) -> dict[str, Any]:
         return _openai_error(DEEPSEEK_MESSAGE)
+
+    def _refused(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        return deepseek_response_format(body)
 
     def _validate(self, tenant: str, messages: list[dict[str, Any]]) -> None:
         """Between two user messages, a tool-calling turn's reasoning must come back in every
@@ -480,6 +504,23 @@ class DeepSeekUpstream(_ReasoningUpstream):
             "usage": _usage(len(reasoning)),
             "system_fingerprint": "fp_1",
         }
+
+
+def deepseek_response_format(body: dict[str, Any]) -> dict[str, Any] | None:
+    """DeepSeek's error body for a `response_format` its chat API refuses (module docstring),
+    or None: JSON mode only, and only with "json" in the prompt."""
+    response_format = body.get("response_format")
+    kind = response_format.get("type") if isinstance(response_format, dict) else None
+    if kind == "json_schema":
+        return _openai_error(DEEPSEEK_FORMAT_UNAVAILABLE)
+    if kind != "json_object":
+        return None
+    prompt = " ".join(
+        text_of(message) or ""
+        for message in body.get("messages") or ()
+        if isinstance(message, dict) and message.get("role") in ("system", "user")
+    )
+    return None if "json" in prompt.lower() else _openai_error(DEEPSEEK_JSON_WORD)
 
 
 def _openai_error(message: str) -> dict[str, Any]:

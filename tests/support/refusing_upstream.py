@@ -5,9 +5,10 @@ applies and only the refusal says what it wants.
 
 `RefusingUpstream(refuses)`: `refuses(body, raw)` is one of the checkers of the fakes that
 already play each upstream (tests/support/message_upstreams.py, tool_name_upstream.py, the
-schema fakes of tests/repair/repairs/test_tool_schemas.py), as `Rejection` (status, content
-type, body) or None. `fixed` answers every request with one rejection whatever it carries (a
-429, a 500, a text that only looks like a refusal).
+schema fakes of tests/repair/repairs/test_tool_schemas.py, the DeepSeek fake's response formats
+in reasoning_upstreams.py), as `Rejection` (status, content type, body) or None. `fixed`
+answers every request with one rejection whatever it carries (a 429, a 500, a text that only
+looks like a refusal).
 
 An accepted request is answered, streamed (SSE, `[DONE]`) when it asked for a stream: when its
 last message is the user's and it declares tools, with one call of the first declared tool by
@@ -28,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from tests.repair.repairs.test_tool_schemas import fake_gemini, fake_moonshot
+from tests.support.reasoning_upstreams import deepseek_response_format
 from tests.support.servers import serve_in_thread
 from tests.support.tool_name_upstream import ToolNameUpstream
 
@@ -50,6 +52,13 @@ def moonshot_schemas(body: dict[str, Any], raw: bytes) -> Rejection | None:
     """Moonshot's 400 for a schema node it cannot read (test_tool_schemas.fake_moonshot)."""
     status, error = fake_moonshot(body)
     return None if status == 200 else (status, JSON, orjson.dumps(error))
+
+
+def deepseek_formats(body: dict[str, Any], raw: bytes) -> Rejection | None:
+    """DeepSeek's 400 for a `response_format` it refuses: a JSON schema, or JSON mode without
+    the word "json" in the prompt (reasoning_upstreams.deepseek_response_format)."""
+    error = deepseek_response_format(body)
+    return None if error is None else (400, JSON, orjson.dumps(error))
 
 
 def tool_names(rule: str) -> Checker:

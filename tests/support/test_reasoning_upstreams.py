@@ -25,6 +25,7 @@ from tests.support.reasoning_flows import (
 )
 from tests.support.reasoning_upstreams import (
     OPENROUTER_MISSING_MESSAGE,
+    TextStep,
     running_deepseek_upstream,
     running_openrouter_upstream,
 )
@@ -91,6 +92,34 @@ def test_deepseek_fake_enforces_its_rule() -> None:
         ]
         assert ask(later).status_code == 400
         assert len(fake.rejections) == 5
+
+
+def test_deepseek_fake_takes_json_mode_with_the_word_and_refuses_a_schema() -> None:
+    """DeepSeek's response formats, its bodies as the reports quote them byte for byte."""
+    schema = {"type": "json_schema", "json_schema": {"name": "o", "schema": {"type": "object"}}}
+    ask = {"role": "user", "content": "Name this session."}
+    with running_deepseek_upstream(script=[[TextStep('{"title": "A"}')]]) as (fake, root):
+        base = f"{root}/v1"
+        refused = post_chat(base, {"model": "m", "messages": [ask], "response_format": schema})
+        assert refused.status_code == 400
+        assert refused.content == (
+            b'{"error":{"message":"This response_format type is unavailable now",'
+            b'"type":"invalid_request_error","param":null,"code":"invalid_request_error"}}'
+        )
+        json_mode = {"type": "json_object"}
+        unsaid = post_chat(base, {"model": "m", "messages": [ask], "response_format": json_mode})
+        assert unsaid.status_code == 400
+        assert unsaid.json()["error"]["message"] == (
+            "Prompt must contain the word 'json' in some form to use 'response_format' of "
+            "type 'json_object'."
+        )
+        said = {"role": "system", "content": "Answer in JSON."}
+        taken = post_chat(
+            base, {"model": "m", "messages": [said, ask], "response_format": json_mode}
+        )
+        assert taken.status_code == 200, taken.text
+        assert json.loads(taken.json()["choices"][0]["message"]["content"]) == {"title": "A"}
+        assert [status for status, _ in fake.responses] == [400, 400, 200]
 
 
 def test_deepseek_fake_streams_like_deepseek() -> None:

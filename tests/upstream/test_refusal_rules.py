@@ -13,10 +13,15 @@ import pytest
 from proxy.repair.profiles import PROFILES
 from proxy.repair.rules import RouteRuleKeys, RouteRules, resolve
 from proxy.upstream.error_messages import error_messages
+from proxy.upstream.parameter_fallback import PARAMETERS
 from proxy.upstream.refusal_rules import REQUEST_RULES, rule_for
 
 DEVELOPER = {"messages": [{"role": "developer", "content": "x"}, {"role": "user", "content": "y"}]}
 TOOLS = {"messages": [], "tools": [{"type": "function", "function": {"name": "a.b"}}]}
+STRUCTURED = {
+    "messages": [{"role": "user", "content": "y"}],
+    "response_format": {"type": "json_schema", "json_schema": {"name": "o", "schema": {}}},
+}
 
 # The issue's and the reports' own words, each with the rule it calls for.
 TEXTS: list[tuple[str, dict[str, Any], str, str]] = [
@@ -64,6 +69,26 @@ TEXTS: list[tuple[str, dict[str, Any], str, str]] = [
         DEVELOPER,
         "developer_role",
         "system",
+    ),
+    (
+        "This response_format type is unavailable now",
+        STRUCTURED,
+        "response_format_schema",
+        "json_object",
+    ),
+    (
+        "Failed to deserialize the JSON body into the target type: response_format: "
+        "response_format.type `json_schema` is unavailable now at line 1 column 1193",
+        STRUCTURED,
+        "response_format_schema",
+        "json_object",
+    ),
+    (
+        "This model does not support response format `json_schema`. See supported models at "
+        "https://console.groq.com/docs/structured-outputs#supported-models",
+        STRUCTURED,
+        "response_format_schema",
+        "json_object",
     ),
 ]
 
@@ -115,6 +140,25 @@ def test_pydantic_detail_lists_read_with_their_place() -> None:
     )
     rule = rule_for(422, body, DEVELOPER)
     assert rule is not None and rule.key == "developer_role"
+
+
+def test_a_json_schema_refused_in_any_words_is_not_a_parameter_to_drop() -> None:
+    """The parameters rule is tried first: none of these names `response_format` to drop, so
+    the format is downgraded, not lost."""
+    detail = {
+        "type": "literal_error",
+        "loc": ["body", "response_format", "type"],
+        "msg": "Input should be 'text' or 'json_object'",
+    }
+    pydantic = orjson.dumps({"detail": [detail]}).decode()
+    texts = [text for text, _, key, _ in TEXTS if key == "response_format_schema"]
+    for text in [*texts, pydantic]:
+        for status in (400, 422):
+            rule = rule_for(status, openai(text) if text != pydantic else text, STRUCTURED)
+            assert rule is not None and rule.key == "response_format_schema"
+            assert PARAMETERS.detect(text, STRUCTURED) == ()
+        json_mode = {**STRUCTURED, "response_format": {"type": "json_object"}}
+        assert rule_for(400, text, json_mode) is None  # refused in JSON mode: nothing to do
 
 
 def test_plain_text_and_lm_studio_strings_are_messages() -> None:

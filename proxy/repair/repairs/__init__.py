@@ -23,6 +23,7 @@ from proxy.repair.repairs.receipts import (
     ReceiptLookup,
     ReceiptsRestored,
 )
+from proxy.repair.repairs.response_format import ResponseFormatDowngraded
 from proxy.repair.repairs.role import SingleRoleRepair
 from proxy.repair.repairs.text_reasoning import TextReasoningRepair
 from proxy.repair.repairs.text_tool_calls import TextToolCallRepair
@@ -64,7 +65,10 @@ def request_repairs(options: ChainOptions, store: ReceiptStore) -> list[RequestR
        another repair writes; ParameterRepair drops or renames top-level parameters the
        upstream rejects, which no other repair reads or adds; ToolNamesRenamed renames the
        tool names the upstream rejects (it reads nothing another repair writes) and leaves the
-       way back to the client's names for the stream.
+       way back to the client's names for the stream; ResponseFormatDowngraded sends a
+       `json_schema` response format as JSON mode with the schema in the leading system
+       message, after ParameterRepair (a format the upstream takes in no form is dropped
+       there, and then there is nothing to downgrade).
     3. The receipt repairs (receipts.py says each one's job), in their own order: ReceiptLookup
        (the one store read), ForeignMetadataStripped, ReceiptsRestored,
        CurrentTurnPlaceholders, MissingReceiptsCounted. They read the history by the client's
@@ -72,7 +76,7 @@ def request_repairs(options: ChainOptions, store: ReceiptStore) -> list[RequestR
     4. MessageShapeRepair last: HistoryRepair and the receipt repairs read the history by the
        client's call ids, so those are mapped for Mistral only once nothing else will look
        them up, and the messages are reshaped for the upstream once they hold everything that
-       goes up.
+       goes up (the schema instruction too: a developer message it joined becomes system).
     """
     if not options.enabled:
         return []
@@ -84,6 +88,7 @@ def request_repairs(options: ChainOptions, store: ReceiptStore) -> list[RequestR
         *history,
         ToolSchemaRepair(),
         ParameterRepair(),
+        ResponseFormatDowngraded(),
         ToolNamesRenamed(),
         ReceiptLookup(store),
         ForeignMetadataStripped(),
