@@ -7,7 +7,6 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
 
 import httpx
 from starlette.applications import Starlette
@@ -30,7 +29,13 @@ from proxy.server.chat_request import model_of, parse_chat_request
 from proxy.server.delivery import relay, repaired_json, repaired_sse
 from proxy.server.delivery_mode import Mode, delivery_mode
 from proxy.server.errors import ClientError
-from proxy.server.exchanges import Exchanges, after_first_segment, new_request_id, plain_record
+from proxy.server.exchanges import (
+    Exchanges,
+    Rebuilt,
+    after_first_segment,
+    new_request_id,
+    plain_record,
+)
 from proxy.server.front_exchange import FrontRunner
 from proxy.server.logs import quiet_client_loggers
 from proxy.server.messages import MESSAGES
@@ -168,16 +173,16 @@ class Proxy:
         record.forwarded = forwarded
         content = json_codec.dumps(forwarded.body) if changed or renamed else raw
 
-        async def rebuild(rules: RouteRules) -> dict[str, Any]:
+        async def rebuild(rules: RouteRules) -> Rebuilt:
             """Phase one again, on the client's request, with the rules a refusal called for
             (upstream/refusals.py): a fresh tally and Forwarded, so phase two knows what went
-            up (tool names mapped back). The refused send's counts go with it."""
+            up (tool names mapped back). Adopted only if it goes up (Exchanges.send)."""
             again = parse_chat_request(raw)
             if renamed:
                 again["model"] = route.upstream.model
-            record.tally = Tally(request_id)
-            record.forwarded, _ = await self.phases.request(again, rules, scope, record.tally)
-            return record.forwarded.body
+            tally = Tally(request_id)
+            forwarded, _ = await self.phases.request(again, rules, scope, tally)
+            return Rebuilt(forwarded, tally)
 
         upstream = await exchanges.send(
             request, route, CHAT_PATH, content, record, resend=forwarded.body, rebuild=rebuild

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +20,8 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import Response
 
+from proxy.repair.forwarded import Forwarded
+from proxy.repair.rules import RouteRules
 from proxy.repair.tally import Tally
 from proxy.repair.tenancy import tenant_of
 from proxy.server.auth import is_allowed
@@ -37,7 +39,7 @@ from proxy.upstream.failures import describe_failure, upstream_origin
 from proxy.upstream.headers import RawHeaders, request_headers, response_headers
 from proxy.upstream.http1 import RETRIED
 from proxy.upstream.outgoing import outgoing_request
-from proxy.upstream.refusals import Rebuild, RefusalLearning
+from proxy.upstream.refusals import RefusalLearning
 from proxy.upstream.routes import CHAT_PATH, UpstreamRoute, without_credential_parameters
 
 logger = logging.getLogger("proxy.server.app")  # the exchange's log line keeps its logger
@@ -57,6 +59,19 @@ def plain_record(request: Request, request_id: str, route: str, model: object) -
     return ExchangeRecord(
         Tally(request_id), route=route, method=request.method, path=request.url.path, model=model
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Rebuilt:
+    """Phase one run again for a learned refusal's resend: its own tally and Forwarded, and
+    what the door adopts with them (a front's new translation), taken only if it goes up."""
+
+    forwarded: Forwarded
+    tally: Tally
+    adopt: Callable[[], None] = lambda: None
+
+
+PhaseOneAgain = Callable[[RouteRules], Awaitable[Rebuilt]]
 
 
 @dataclass(slots=True)
@@ -166,13 +181,15 @@ class Exchanges:
         content: bytes,
         record: ExchangeRecord,
         resend: dict[str, Any] | None = None,
-        rebuild: Rebuild | None = None,
+        rebuild: PhaseOneAgain | None = None,
     ) -> httpx.Response | Response:
         """Send the request upstream, and take back what the transport handed back with the
         answer (a recorder's copy). With `resend` (the forwarded chat body), a refusal the
         upstream answers before generating, of something the route learns, is sent once more
         without what it refused (upstream/refusals.py; `rebuild` runs the request phase again
-        for a request rule), which the exchange counts and logs."""
+        for a request rule), which the exchange counts and logs. The rebuilt phase one is
+        adopted only when it is what went up: a rebuild that changes nothing leaves the
+        exchange's own counts and Forwarded standing."""
         drop_credential = bool(self.proxy_keys)
         headers = request_headers(
             request.scope["headers"],
@@ -205,10 +222,25 @@ class Exchanges:
         if resend is None or record.forwarded is None:
             upstream = await dispatch(outgoing)
         else:
+            rebuilt: list[Rebuilt] = []
+
+            async def again(rules: RouteRules) -> dict[str, Any]:
+                assert rebuild is not None
+                rebuilt.append(await rebuild(rules))  # aside until it is what went up
+                return rebuilt[-1].forwarded.body
+
             upstream, learned = await self.refusals.send(
-                dispatch, route.identity, resend, outgoing, record.forwarded.rules, rebuild
+                dispatch,
+                route.identity,
+                resend,
+                outgoing,
+                record.forwarded.rules,
+                again if rebuild is not None else None,
             )
             if learned is not None:
+                if rebuilt:
+                    record.tally, record.forwarded = rebuilt[-1].tally, rebuilt[-1].forwarded
+                    rebuilt[-1].adopt()
                 record.tally.count(learned.kind, len(learned.keys))
                 log_learned(logger, record, learned)
         if isinstance(upstream, httpx.Response):

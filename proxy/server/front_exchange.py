@@ -38,7 +38,7 @@ from proxy.repair.tally import Tally
 from proxy.repair.tenancy import ReceiptScope
 from proxy.server.delivery import SSE_HEADERS, ClosingBody, raw_body, repairs_header
 from proxy.server.doors import Arrival, Door, F, T
-from proxy.server.exchanges import Exchanges, headed, plain_record, request_id_of
+from proxy.server.exchanges import Exchanges, Rebuilt, headed, plain_record, request_id_of
 from proxy.server.front_stream import front_events
 from proxy.server.record import ExchangeRecord
 from proxy.server.streamed_response import StreamedResponse
@@ -98,22 +98,25 @@ class FrontRunner:
         forwarded, _ = await self.phases.request(chat, recalled.applied(rules), scope, record.tally)
         record.forwarded = forwarded
 
-        async def rebuild(rules: RouteRules) -> dict[str, Any]:
+        async def rebuild(rules: RouteRules) -> Rebuilt:
             """Phase one again from the client's request, with the rules a refusal called for
             (upstream/refusals.py), as the chat door does: a fresh tally, the translation's
             counts on it. A translation that now refuses (its stored transcript gone) leaves
             the refusal standing."""
-            nonlocal front
             assert record.forwarded is not None
             try:
                 again = await self._translated(door, body, arrival)
-            except Refused:
-                return record.forwarded.body  # unchanged: the upstream's refusal stands
-            front = again
-            record.tally = Tally(request_id)
-            _count(record.tally, again.counts)
-            record.forwarded, _ = await self.phases.request(again.chat, rules, scope, record.tally)
-            return record.forwarded.body
+            except Refused:  # unchanged: the upstream's refusal stands
+                return Rebuilt(record.forwarded, record.tally)
+            tally = Tally(request_id)
+            _count(tally, again.counts)
+            forwarded, _ = await self.phases.request(again.chat, rules, scope, tally)
+
+            def adopt() -> None:
+                nonlocal front
+                front = again
+
+            return Rebuilt(forwarded, tally, adopt)
 
         content = json_codec.dumps(forwarded.body)
         upstream = await exchanges.send(
