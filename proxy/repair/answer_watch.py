@@ -44,6 +44,17 @@ class AnswerWatch(Link):
                         facts.finishes[choice_index(choice)] = reason
         return None
 
+    def on_whole(self, body: dict[str, Any]) -> None:
+        """A non-streamed answer's finish reasons are the folded body's: its one-event trip
+        reads a null finish as "stop", which the client never gets."""
+        choices = body.get("choices")
+        finishes: dict[int, str] = {}
+        for choice in choices if isinstance(choices, list) else ():
+            reason = choice.get("finish_reason") if isinstance(choice, dict) else None
+            if isinstance(reason, str):
+                finishes[choice_index(choice)] = reason
+        self.facts.finishes = finishes
+
     def _names(self, chunk: Chunk) -> None:
         facts = self.facts
         model: Any = chunk.get("model")

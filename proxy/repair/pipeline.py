@@ -52,6 +52,11 @@ class Link:
         """The upstream stream ended cleanly: chunks to send before `[DONE]`."""
         return []
 
+    def on_whole(self, body: dict[str, Any]) -> None:
+        """A non-streamed answer, as the client gets it after its one-event trip: for a link
+        that reads the answer, where the trip's own assumptions (a null finish read as
+        "stop") are gone again."""
+
     stream_framing = False
     """True for a link whose only job is how an answer is cut into events (which delta
     carries the role): a non-streamed answer has no events, so its one-event trip skips it."""
@@ -88,13 +93,21 @@ class RepairChain:
         finally:
             self._chunk_links = streaming
         if len(items) == 1 and items[0][1] is _UNTOUCHED:
+            self._whole(body)
             return False
         folded = trip.fold(chunk for chunk, _ in items)
         if folded == body:  # a link rebuilt what it was given, the same (a message's calls)
+            self._whole(body)
             return False
         body.clear()
         body.update(folded)
+        self._whole(body)
         return True
+
+    def _whole(self, body: dict[str, Any]) -> None:
+        for link in self.links:
+            if type(link).on_whole is not Link.on_whole:
+                link.on_whole(body)
 
     def on_chunk(
         self, chunk: Chunk, raw: bytes | None, start: int = 0
