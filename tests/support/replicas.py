@@ -1,0 +1,82 @@
+"""Replicas: several `python -m proxy serve` processes on one Redis, behind a client that sends
+each request to the next one, as a load balancer without sticky sessions does.
+
+`replica_config` writes the configuration every replica reads (the store, then `[[routes]]`
+sending each family of model names to its fake upstream); `running_replicas` starts them with
+the same environment (one STREAMFIX_RECEIPT_SECRET, so each reads the tokens the others mint).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.support.metrics import metric
+from tests.support.open_webui import OpenWebUIClient
+from tests.support.proxy_process import ServedProxy
+
+RECEIPT_SECRET = "replicas-share-this-secret-7d2c"
+
+
+def toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(toml_value(item) for item in value) + "]"
+    return str(value)
+
+
+def replica_config(
+    path: Path, receipts: dict[str, Any], routes: Sequence[dict[str, Any]] = ()
+) -> Path:
+    """A config file: `[receipts]` with `receipts`, then one `[[routes]]` table each."""
+    lines = ["[receipts]", *(f"{k} = {toml_value(v)}" for k, v in receipts.items())]
+    for route in routes:
+        lines += ["", "[[routes]]", *(f"{k} = {toml_value(v)}" for k, v in route.items())]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@contextmanager
+def running_replicas(
+    config: Path, count: int = 2, env: dict[str, str] | None = None
+) -> Iterator[list[ServedProxy]]:
+    environment = {"STREAMFIX_RECEIPT_SECRET": RECEIPT_SECRET, **(env or {})}
+    with ExitStack() as stack:
+        replicas = []
+        for _ in range(count):
+            replica = ServedProxy(["--config", str(config)], environment)
+            stack.callback(replica.stop)
+            replicas.append(replica)
+        for replica in replicas:  # started together, then waited for: half the start-up time
+            replica.wait_healthy()
+        yield replicas
+
+
+def scraped(proxy_url: str, name: str, **labels: str) -> float:
+    """One sample of the replica's /metrics (0 when it has none yet)."""
+    return metric(httpx.get(f"{proxy_url}/metrics", timeout=10).text, name, **labels)
+
+
+class RoundRobinOpenWebUI(OpenWebUIClient):
+    """Open WebUI behind a load balancer: each round of its tool loop goes to the next
+    replica."""
+
+    def __init__(self, base_urls: Sequence[str], **options: Any) -> None:
+        super().__init__(base_urls[0], **options)
+        self._next = itertools.cycle(base_urls)
+        self.sent_to: list[str] = []
+
+    def _complete(
+        self, http: httpx.Client, body: dict[str, Any]
+    ) -> tuple[str, list[dict[str, Any]]] | httpx.Response:
+        self.base_url = next(self._next)
+        self.sent_to.append(self.base_url)
+        return super()._complete(http, body)
