@@ -19,7 +19,6 @@ One Redis, the fakes and the two replicas serve the whole module (each test its 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -40,7 +39,7 @@ from tests.support.gemini_upstream import (
 )
 from tests.support.proxies import running_proxy
 from tests.support.proxy_process import ServedProxy
-from tests.support.reasoning_flows import FINAL_TEXTS, QUESTIONS, REASONING_FIELDS
+from tests.support.reasoning_flows import FINAL_TEXTS, QUESTIONS
 from tests.support.reasoning_upstreams import (
     DeepSeekUpstream,
     OpenRouterUpstream,
@@ -56,10 +55,10 @@ from tests.support.rejecting_upstream import (
 from tests.support.replicas import (
     RoundRobinOpenWebUI,
     replica_config,
+    round_robin_chat,
     running_replicas,
     scraped,
 )
-from tests.support.sdk_agent import ask
 from tests.support.strict_upstream import (
     FINAL_ANSWER,
     ROUND_ONE,
@@ -142,36 +141,6 @@ def replicas(
     config = replica_config(path, {"store": redis_server.url}, upstreams.routes)
     with running_replicas(config) as (first, second):
         yield Replicas(first, second, redis_server, upstreams)
-
-
-def forget_receipts(message: dict[str, Any]) -> None:
-    """What an app keeps of an assistant message: no reasoning, no provider metadata."""
-    for name in (*REASONING_FIELDS, "extra_content"):
-        message.pop(name, None)
-    for call in message.get("tool_calls") or ():
-        call.pop("extra_content", None)
-
-
-def round_robin_chat(urls: list[str], model: str, mode: str, key: str) -> list[str]:
-    """The SDK's tool loop over QUESTIONS, each request to the next replica; the final texts."""
-    clients = [openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0) for url in urls]
-    messages: list[dict[str, Any]] = []
-    finals, sent = [], 0
-    for question in QUESTIONS:
-        messages.append({"role": "user", "content": question})
-        for _ in range(5):
-            assistant = ask(clients[sent % len(clients)], model, messages, mode, forget_receipts)
-            sent += 1
-            messages.append(assistant)
-            if not assistant.get("tool_calls"):
-                finals.append(str(assistant.get("content")))
-                break
-            messages += [
-                {"role": "tool", "tool_call_id": call["id"], "content": json.dumps({"ok": 1})}
-                for call in assistant["tool_calls"]
-            ]
-    assert sent >= 4, sent  # follow-ups went both ways
-    return finals
 
 
 def injected(replicas: Replicas, kind: str, route_name: str) -> list[float]:

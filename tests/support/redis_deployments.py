@@ -201,11 +201,19 @@ class SentinelRedis:
             interval=0.1,
         )
 
-        def promoted() -> bool:
-            with redis.Redis(port=self.replica.port, socket_timeout=1) as client:
-                return client.info("replication")["role"] == "master"
+        def switched() -> bool:
+            with (
+                redis.Redis(port=self.replica.port, socket_timeout=1) as promoted,
+                redis.Redis(port=self.master.port, socket_timeout=1) as demoted,
+            ):
+                return (
+                    promoted.info("replication")["role"] == "master"
+                    and demoted.info("replication")["role"] == "slave"
+                )
 
-        wait_until(promoted, "the replica to be master", READY_TIMEOUT, interval=0.1)
+        # Until the old master is a replica too: a client still connected to it is then
+        # refused its writes (READONLY), as after a real failover, and must follow.
+        wait_until(switched, "the replica to be master, the master a replica", READY_TIMEOUT)
         return self.replica.port
 
 

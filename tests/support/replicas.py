@@ -9,16 +9,20 @@ the same environment (one STREAMFIX_RECEIPT_SECRET, so each reads the tokens the
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+import json
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 
 from tests.support.metrics import metric
 from tests.support.open_webui import OpenWebUIClient
 from tests.support.proxy_process import ServedProxy
+from tests.support.reasoning_flows import QUESTIONS, REASONING_FIELDS
+from tests.support.sdk_agent import ask
 
 RECEIPT_SECRET = "replicas-share-this-secret-7d2c"
 
@@ -80,3 +84,41 @@ class RoundRobinOpenWebUI(OpenWebUIClient):
         self.base_url = next(self._next)
         self.sent_to.append(self.base_url)
         return super()._complete(http, body)
+
+
+def forget_receipts(message: dict[str, Any]) -> None:
+    """What an app keeps of an assistant message: no reasoning, no provider metadata."""
+    for name in (*REASONING_FIELDS, "extra_content"):
+        message.pop(name, None)
+    for call in message.get("tool_calls") or ():
+        call.pop("extra_content", None)
+
+
+def round_robin_chat(
+    urls: list[str],
+    model: str,
+    mode: str,
+    key: str,
+    between: Callable[[int], None] = lambda sent: None,
+) -> list[str]:
+    """The SDK's tool loop over QUESTIONS, each request to the next replica; the final texts.
+    `between(n)` runs after the n-th request (a failover, an outage)."""
+    clients = [openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0) for url in urls]
+    messages: list[dict[str, Any]] = []
+    finals, sent = [], 0
+    for question in QUESTIONS:
+        messages.append({"role": "user", "content": question})
+        for _ in range(5):
+            assistant = ask(clients[sent % len(clients)], model, messages, mode, forget_receipts)
+            sent += 1
+            between(sent)
+            messages.append(assistant)
+            if not assistant.get("tool_calls"):
+                finals.append(str(assistant.get("content")))
+                break
+            messages += [
+                {"role": "tool", "tool_call_id": call["id"], "content": json.dumps({"ok": 1})}
+                for call in assistant["tool_calls"]
+            ]
+    assert sent >= 4, sent  # follow-ups went both ways
+    return finals
