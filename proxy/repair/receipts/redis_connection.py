@@ -10,7 +10,7 @@ clients, with credentials from the environment and every wait bounded.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -29,9 +29,10 @@ _CERT_REQUIREMENTS = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class RedisOptions:
-    """Where Redis is and how to talk to it; secrets (from the environment) never printed."""
+    """Where Redis is and how to talk to it; secrets (the environment's, the URL's) never
+    printed: its repr is `shown`."""
 
     url: str
     timeout_seconds: float = 0.5
@@ -42,10 +43,13 @@ class RedisOptions:
     sentinels: tuple[tuple[str, int], ...] = ()
     service_name: str = ""
     cluster: bool = False
-    username: str | None = field(default=None, repr=False)
-    password: str | None = field(default=None, repr=False)
-    sentinel_username: str | None = field(default=None, repr=False)
-    sentinel_password: str | None = field(default=None, repr=False)
+    username: str | None = None
+    password: str | None = None
+    sentinel_username: str | None = None
+    sentinel_password: str | None = None
+
+    def __repr__(self) -> str:
+        return f"RedisOptions({self.shown})"
 
     @property
     def tls(self) -> bool:
