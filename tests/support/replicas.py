@@ -4,6 +4,9 @@ each request to the next one, as a load balancer without sticky sessions does.
 `replica_config` writes the configuration every replica reads (the store, then `[[routes]]`
 sending each family of model names to its fake upstream); `running_replicas` starts them with
 the same environment (one STREAMFIX_RECEIPT_SECRET, so each reads the tokens the others mint).
+`round_robin_chat` runs the OpenAI SDK's tool loop with each request to the next replica, the
+assistant messages kept as apps keep them (no reasoning, no provider metadata);
+`RoundRobinOpenWebUI` does the same with Open WebUI's loop.
 """
 
 from __future__ import annotations
