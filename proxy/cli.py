@@ -304,7 +304,7 @@ def _config(args: argparse.Namespace) -> int:
     shown = [document["upstream"], *document["routes"]]
     for upstream, table in zip([settings.upstream, *settings.routes], shown, strict=True):
         table["rules_in_force"] = rules_in_force(upstream)
-        table["learned"] = learned(settings.receipts.store, upstream)
+        table["learned"] = learned(settings.receipts, upstream, os.environ)
     if args.json:
         print(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
     else:

@@ -109,6 +109,9 @@ class ReceiptScope:
         return bool(self.tenant)
 
     def key(self, key: str) -> str:
+        """`{tenant:upstream}:key`. The braces are Redis Cluster's hash tag: every key of one
+        scope is in one slot, so a request's lookups (all its calls' receipts, a Responses
+        turn with its items) are one MGET on one node, never a cross-slot error."""
         if not self.tenant:  # a caller that skipped the check must not reach a shared bucket
             raise ValueError("a scope without a tenant has no store keys")
-        return f"{self.tenant}:{self.upstream}:{key}"
+        return f"{{{self.tenant}:{self.upstream}}}:{key}"

@@ -16,7 +16,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from proxy.repair.phases import Phases
-from proxy.repair.receipts.store import ReceiptStore, open_store
+from proxy.repair.receipts.opening import open_store
+from proxy.repair.receipts.store import ReceiptStore
 from proxy.repair.repairs import ChainOptions
 from proxy.repair.rules import RouteRules
 from proxy.repair.tally import Tally
@@ -42,7 +43,7 @@ from proxy.server.messages import MESSAGES
 from proxy.server.metrics import CONTENT_TYPE, Metrics
 from proxy.server.paths import UnsafePath, checked_relative
 from proxy.server.responses_endpoint import RESPONSES
-from proxy.server.startup import startup_line
+from proxy.server.startup import shared_store_warnings, startup_line
 from proxy.server.tracing import Tracing
 from proxy.settings.chain import chain_options
 from proxy.settings.schema import Settings
@@ -52,7 +53,6 @@ from proxy.upstream.refusals import open_learning
 from proxy.upstream.routes import CHAT_PATH, Router
 from proxy.upstream.transports import upstream_transport
 from proxy.wire import json_codec
-from proxy.wire.credentials import masked_url
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +71,7 @@ class Proxy:
         phases_factory: PhasesFactory = Phases,
     ) -> None:
         environ = os.environ if environ is None else environ
+        self.environ = environ
         self.chain_options = chain_options(settings)
         quiet_client_loggers()
         self.settings = settings
@@ -85,10 +86,10 @@ class Proxy:
         # cookies, auth flows, redirects or URL merging, and they cost more than the relay.
         self.transport = transport or upstream_transport(settings, environ)
         self.started = False
-        self.store: ReceiptStore = open_store(settings.receipts)
+        self.store: ReceiptStore = open_store(settings.receipts, environ)
         self.phases = phases_factory(self.chain_options, self.store)
         # What upstreams refused before generating (400/422), and the one resend that follows.
-        self.refusals = open_learning(settings)
+        self.refusals = open_learning(settings, self.store)
         self.metrics = metrics = Metrics()
         self.body_budget = budget = BodyBudget()  # one app per process: every connection's
         # Admission, bookkeeping, sending and learning, shared by every door (exchanges.py).
@@ -111,12 +112,9 @@ class Proxy:
     @asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         logger.info("%s", startup_line(self.settings, self.router, bool(self.proxy_keys)))
-        if not await self.store.ping():
-            logger.warning(
-                "receipt store %s is unreachable: requests go through, but receipts are neither "
-                "kept nor put back until it answers",
-                masked_url(self.settings.receipts.store),
-            )
+        for warning in shared_store_warnings(self.settings, self.environ):
+            logger.warning("%s", warning)
+        await self.store.ping()  # a store that does not answer is said now (store_health.py)
         self.started = True
         try:
             yield
@@ -132,15 +130,20 @@ class Proxy:
         return JSONResponse({"status": "ok"})
 
     async def readyz(self, request: Request) -> Response:
+        """Ready once started, whether or not the receipt store answers: a replica that cannot
+        reach Redis still serves every request (without receipts), and so does every other
+        replica on that Redis. Taking them out of rotation would turn a receipts outage into a
+        full one, so the store's state is in the body (`"store": false`) and in
+        `streamfix_store_up`, for the operator's alerts, not in the status."""
         store_ok = await self.store.ping()
-        ready = store_ok and self.started
+        self.metrics.store_state(store_ok, self.store.errors)
         return JSONResponse(
-            {"status": "ready" if ready else "not ready", "store": store_ok},
-            status_code=200 if ready else 503,
+            {"status": "ready" if self.started else "not ready", "store": store_ok},
+            status_code=200 if self.started else 503,
         )
 
     async def metrics_endpoint(self, request: Request) -> Response:
-        self.metrics.store_errors.set(self.store.errors)
+        self.metrics.store_state(self.store.answering, self.store.errors)
         return Response(self.metrics.exposition(), media_type=CONTENT_TYPE)
 
     async def chat_completions(self, request: Request) -> Response:

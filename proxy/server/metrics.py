@@ -63,16 +63,34 @@ class Metrics:
             buckets=_SECONDS,
             registry=registry,
         )
-        self.store_errors = Gauge(
-            "streamfix_store_errors", "Receipt store operations that failed", registry=registry
+        # A counter fed from the store's own count at each scrape: `rate()` shows an outage
+        # while it lasts.
+        self.store_errors = Counter(
+            "streamfix_store_errors",
+            "Receipt store operations not served (failed, or skipped during an outage)",
+            registry=registry,
         )
         self.token_usage = TokenMetrics(registry)
+        self.store_up = Gauge(
+            "streamfix_store_up",
+            "1 while the receipt store answers, 0 during an outage (requests still go on)",
+            registry=registry,
+        )
+        self.store_up.set(1)
+        self._store_errors_seen = 0
         # Each exchange's children by their labels, looked up once: `labels()` takes a lock and
         # checks the names on every call, a few µs per exchange for children that never change.
         # Bounded: routes, status codes and repair kinds are fixed sets of the code and config.
         self._children: dict[tuple[str, int], tuple[Counter, Histogram]] = {}
         self._counters: dict[tuple[str, str], tuple[Counter, ...]] = {}
         self._first_bytes: dict[str, Histogram] = {}
+
+    def store_state(self, up: bool, errors: int) -> None:
+        """The store as last seen: whether it answers, and its count of operations not served."""
+        self.store_up.set(1 if up else 0)
+        if errors > self._store_errors_seen:
+            self.store_errors.inc(errors - self._store_errors_seen)
+            self._store_errors_seen = errors
 
     def first_byte(self, route: str, seconds: float) -> None:
         """The upstream's time to its response head, on the route's child looked up once."""

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 from proxy import __version__
+from proxy.repair.receipts.opening import redis_options
 from proxy.settings.schema import Settings
 from proxy.upstream.routes import Router, UpstreamRoute
-from proxy.wire.credentials import masked_url
 
 
 def startup_line(settings: Settings, router: Router, keys_on: bool) -> str:
@@ -18,9 +19,38 @@ def startup_line(settings: Settings, router: Router, keys_on: bool) -> str:
     routes = "; ".join(_route(route) for route in [*router.routes, router.default])
     return (
         f"streamfix {__version__} on http://{server.host}:{server.port}: {routes}; "
-        f"store {masked_url(settings.receipts.store)}; mode {_mode(settings)}; "
+        f"store {_store(settings)}; mode {_mode(settings)}; "
         f"proxy keys {'on' if keys_on else 'off'}; upstream client {server.upstream_client}"
     )
+
+
+def shared_store_warnings(settings: Settings, environ: Mapping[str, str]) -> list[str]:
+    """What start-up says when receipts stay in this process while other replicas answer the
+    same clients: their follow-ups miss the receipts (and the Responses front's state, and the
+    learned rules) whenever they land elsewhere. Several workers with the memory store are
+    refused outright (cli.py); replicas are declared (`server.replicas`), or guessed from
+    Kubernetes, whose Service spreads a client's requests over every ready pod."""
+    if settings.receipts.store != "memory":
+        return []
+    replicas = settings.server.replicas
+    if replicas > 1:
+        return [
+            f"server.replicas is {replicas} with the memory receipt store: each replica keeps "
+            "its own, so a follow-up landing on another replica misses its receipts; use "
+            'Redis (receipts.store = "redis://host:6379/0")'
+        ]
+    if environ.get("KUBERNETES_SERVICE_HOST"):
+        return [
+            "running on Kubernetes with the memory receipt store: with more than one replica "
+            "(or an autoscaler), a follow-up landing on another pod misses its receipts; use "
+            'Redis (receipts.store = "redis://host:6379/0")'
+        ]
+    return []
+
+
+def _store(settings: Settings) -> str:
+    receipts = settings.receipts
+    return "memory" if receipts.store == "memory" else redis_options(receipts, {}).shown
 
 
 def _route(route: UpstreamRoute) -> str:

@@ -13,8 +13,11 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from proxy.repair.profiles import PROFILES
+from proxy.repair.receipts.opening import host_and_port
+from proxy.repair.receipts.redis_connection import TLS_VERIFY_MODES
 from proxy.repair.receipts.store import MAX_VALUE_BYTES
 from proxy.repair.rules import RouteRuleKeys
 from proxy.settings.values import (
@@ -40,6 +43,7 @@ ENVIRONMENT_KEYS = {
     "STREAMFIX_HOST": "server.host",
     "STREAMFIX_PORT": "server.port",
     "STREAMFIX_WORKERS": "server.workers",
+    "STREAMFIX_REPLICAS": "server.replicas",
     "STREAMFIX_LOG_FORMAT": "server.log_format",
     "STREAMFIX_LOG_LEVEL": "server.log_level",
     # The store's URL can carry a password: from a secret store's variable, not a config file.
@@ -88,6 +92,11 @@ class ServerSettings:
     workers: int = 1
     """Worker processes; more than one needs a shared receipt store (`receipts.store` on
     Redis), since each process has its own memory store."""
+    replicas: int = 1
+    """How many copies of the proxy serve the same clients (a Deployment's replicas, servers
+    behind one load balancer): declared, since no replica can count the others. Above 1 with
+    the memory store, or on Kubernetes with it, start-up warns that a follow-up landing on
+    another replica misses its receipts."""
     shutdown_grace_seconds: float = 30.0
     """On SIGTERM: stop accepting, let open streams finish for this long, then close them."""
     trust_env: bool = True
@@ -194,7 +203,9 @@ class ReceiptSettings:
     `[signatures]`, its name before receipts covered more than Google's."""
 
     store: str = "memory"
-    """"memory", or "redis://host:port/db" to share receipts between replicas and restarts."""
+    """"memory", or a Redis URL to share receipts, learned rules and the Responses front's state
+    between replicas and restarts: "redis://host:port/db", "rediss://…" for TLS. Credentials
+    come from STREAMFIX_REDIS_USERNAME / STREAMFIX_REDIS_PASSWORD (they win over the URL's)."""
     max_entries: int = 100_000
     """Receipts the memory store keeps; the least recently used go first beyond it."""
     ttl_seconds: float = 86_400.0
@@ -211,11 +222,55 @@ class ReceiptSettings:
     (reasoning texts are large: DeepSeek's can run to hundreds of kilobytes)."""
     max_total_bytes: int = 268_435_456
     """The memory store's budget for all receipts; least recently used go first beyond it."""
+    redis_timeout_seconds: float = 0.5
+    """Longest wait for Redis to connect or answer; a whole store operation (with a Sentinel's
+    or a Cluster's lookup before it) is cut at twice this. A store that does not answer costs
+    the receipts of that exchange, never the exchange."""
+    redis_tls_ca_file: str = ""
+    """PEM file of the CA that signed Redis's certificate (`rediss://` only); empty: the
+    system's CAs."""
+    redis_tls_cert_file: str = ""
+    """PEM client certificate, for a Redis that asks for one (`tls-auth-clients`)."""
+    redis_tls_key_file: str = ""
+    """The client certificate's private key (PEM), when it is not in the certificate file."""
+    redis_tls_verify: str = "full"
+    """"full": Redis's certificate must chain to the CA and name the host; "ca": chain to the CA
+    only (a certificate issued for another name); "none": encrypt without verifying (tests)."""
+    redis_sentinels: tuple[str, ...] = ()
+    """Sentinels as "host:port" (26379 when no port): the master is asked of them, and followed
+    through failovers; the store URL then gives only the scheme and the database."""
+    redis_service_name: str = ""
+    """The master's name the sentinels know (`sentinel monitor NAME …`); needed with
+    `redis_sentinels`."""
+    redis_cluster: bool = False
+    """The store URL names one node of a Redis Cluster; the client finds the others (database
+    0 only)."""
 
     def __post_init__(self) -> None:
         one_of("on_missing", self.on_missing, ("placeholder", "leave"))
+        one_of("redis_tls_verify", self.redis_tls_verify, TLS_VERIFY_MODES)
         if self.store != "memory" and not self.store.startswith(("redis://", "rediss://")):
             raise ConfigError(f'store: must be "memory" or a redis:// URL, got {self.store!r}')
+        self._check_redis()
+
+    def _check_redis(self) -> None:
+        """A Redis option the URL cannot use is a mistake said at start-up: TLS files with a
+        plain `redis://` would otherwise send everything in clear text without a word."""
+        tls_files = self.redis_tls_ca_file or self.redis_tls_cert_file or self.redis_tls_key_file
+        if tls_files and not self.store.startswith("rediss://"):
+            raise ConfigError("redis_tls_*: TLS files need a rediss:// store URL")
+        if self.redis_tls_key_file and not self.redis_tls_cert_file:
+            raise ConfigError("redis_tls_key_file: needs redis_tls_cert_file")
+        if self.redis_sentinels and self.redis_cluster:
+            raise ConfigError("redis_sentinels: cannot be used with redis_cluster")
+        if bool(self.redis_sentinels) != bool(self.redis_service_name):
+            raise ConfigError("redis_service_name: set together with redis_sentinels")
+        if (self.redis_sentinels or self.redis_cluster) and self.store == "memory":
+            raise ConfigError("redis_sentinels, redis_cluster: need a redis:// store URL")
+        for entry in self.redis_sentinels:
+            host_and_port(entry)
+        if self.redis_cluster and urlsplit(self.store).path.strip("/") not in ("", "0"):
+            raise ConfigError("redis_cluster: a cluster has database 0 only")
 
 
 @dataclass(frozen=True, slots=True)

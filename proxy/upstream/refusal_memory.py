@@ -6,13 +6,17 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 
-from proxy.repair.receipts.store import MemoryStore, ReceiptStore, RedisStore
+from proxy.repair.receipts.memory_store import MemoryStore
+from proxy.repair.receipts.redis_connection import RedisOptions, redis_client
+from proxy.repair.receipts.redis_store import RedisStore
+from proxy.repair.receipts.store import ReceiptStore
 from proxy.settings.schema import Settings
 from proxy.wire import json_codec
 
-KEY_PREFIX = "streamfix:parameters:"
-"""The Redis namespace, apart from the receipts'. Named for its first rule, and kept: replicas
-of an older build read the same entries."""
+KEY_PREFIX = "streamfix:learned:"
+"""The Redis namespace, apart from the receipts'. Builds before this one kept their entries,
+keyed without a hash tag, under `streamfix:parameters:`: they are not read, so an upgrade
+relearns each rule once (one refusal per upstream and model), and the old keys expire by TTL."""
 
 
 MODEL_SHOWN = 200
@@ -31,9 +35,10 @@ class RefusalMemory:
 
     @staticmethod
     def key(identity: str, model: object, name: str) -> str:
-        # The model name is the client's text: hashed, so no key grows with it.
+        # The model name is the client's text: hashed, so no key grows with it. Upstream and
+        # model are the hash tag: one recall's keys are one Redis Cluster slot.
         digest = hashlib.sha256(str(model).encode()).hexdigest()[:16]
-        return f"{identity}:{digest}:{name}"
+        return f"{{{identity}:{digest}}}:{name}"
 
     async def recall_keys(self, identity: str, model: object, names: list[str]) -> set[str]:
         """Which of `names` were remembered for this upstream and model (one store lookup)."""
@@ -52,34 +57,46 @@ class RefusalMemory:
         await self.store.aclose()
 
 
-def open_memory(settings: Settings) -> RefusalMemory:
-    """In the receipts' store (`[receipts] store`), under its own keys and `[parameters]`
-    bounds."""
+def open_memory(settings: Settings, receipts: ReceiptStore) -> RefusalMemory:
+    """Beside the receipts, under its own keys and `[parameters]` bounds: on Redis, on the
+    receipt store's very connection (one pool, one outage, logged once)."""
     bounds = settings.parameters
-    if settings.receipts.store == "memory":
-        store: ReceiptStore = MemoryStore(bounds.max_entries, bounds.ttl_seconds)
+    store: ReceiptStore
+    if isinstance(receipts, RedisStore):
+        store = receipts.sibling(bounds.ttl_seconds, KEY_PREFIX)
     else:
-        store = RedisStore(settings.receipts.store, bounds.ttl_seconds, prefix=KEY_PREFIX)
+        store = MemoryStore(bounds.max_entries, bounds.ttl_seconds)
     return RefusalMemory(store, bounds.ttl_seconds)
 
 
-def learned_in_redis(url: str, identity: str) -> list[str] | None:
+def learned_in_redis(options: RedisOptions, identity: str) -> list[str] | None:
     """What the replicas sharing this Redis learned for one upstream, as `key (model, status)`
     lines for `streamfix config`; None when Redis does not answer. Synchronous: the CLI's."""
     import redis
+    import redis.exceptions
 
-    client = redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
-    prefix = f"{KEY_PREFIX}{identity}:"
+    pattern = f"{KEY_PREFIX}{{{identity}:*"
     try:
-        keys = sorted(client.scan_iter(match=prefix + "*", count=1000))
-        values = client.mget(keys) if keys else []
-    except (redis.RedisError, OSError):
+        client, helpers = redis_client(options, sync=True)
+    except (redis.RedisError, redis.exceptions.RedisClusterException, OSError):
+        return None
+    try:
+        keys = sorted(client.scan_iter(match=pattern, count=1000))
+        # One GET each, pipelined: the entries of several models are several Cluster slots.
+        pipe = client.pipeline(transaction=False)
+        for key in keys:
+            pipe.get(key)
+        values = pipe.execute() if keys else []
+    except (redis.RedisError, redis.exceptions.RedisClusterException, OSError):
         return None
     finally:
         client.close()
+        for helper in helpers:
+            helper.close()
     shown = []
     for key, value in zip(keys, values, strict=True):
-        name = key.decode("utf-8", "replace")[len(prefix) :].partition(":")[2]
+        # streamfix:learned:{identity:digest}:name
+        name = key.decode("utf-8", "replace").partition("}:")[2]
         try:
             said = json_codec.loads(value) if value is not None else {}
         except json_codec.JSONDecodeError:

@@ -31,6 +31,7 @@ from typing import Any, Protocol, TypeVar
 
 import httpx
 
+from proxy.repair.receipts.store import ReceiptStore
 from proxy.repair.rules import RouteRules
 from proxy.settings.schema import Settings
 from proxy.upstream.answer_rules import TEMPLATE_OPENS_THINK
@@ -210,5 +211,6 @@ class RefusalLearning:
         await self.memory.aclose()
 
 
-def open_learning(settings: Settings) -> RefusalLearning:
-    return RefusalLearning(open_memory(settings))
+def open_learning(settings: Settings, receipts: ReceiptStore) -> RefusalLearning:
+    """Learned rules kept beside `receipts` (on Redis, on its connection)."""
+    return RefusalLearning(open_memory(settings, receipts))

@@ -4,11 +4,13 @@ what a Gemini host or a `[[routes]]` override really does without reading the pr
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import fields
 
 from proxy.repair.profiles import ParameterRule
+from proxy.repair.receipts.opening import redis_options
 from proxy.repair.tenancy import upstream_identity
-from proxy.settings.schema import UpstreamSettings
+from proxy.settings.schema import ReceiptSettings, UpstreamSettings
 from proxy.upstream.refusal_memory import learned_in_redis
 from proxy.upstream.routes import UpstreamRoute, client_timeout
 
@@ -39,12 +41,14 @@ def rules_in_force(upstream: UpstreamSettings) -> str:
     return "; ".join(parts)
 
 
-def learned(store: str, upstream: UpstreamSettings) -> str:
+def learned(
+    receipts: ReceiptSettings, upstream: UpstreamSettings, environ: Mapping[str, str]
+) -> str:
     """What running proxies learned from this route's upstream's refusals, where the CLI can
     see it: in Redis, shared by every replica; a memory store is each process's own."""
-    if store == "memory":
+    if receipts.store == "memory":
         return "kept by each running proxy (receipts.store is memory): not visible from here"
-    found = learned_in_redis(store, upstream_identity(upstream.base_url))
+    found = learned_in_redis(redis_options(receipts, environ), upstream_identity(upstream.base_url))
     if found is None:
         return "the store did not answer"
     return "; ".join(found) or "nothing yet"

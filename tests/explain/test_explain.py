@@ -19,7 +19,7 @@ from proxy.explain.diff import MISSING
 from proxy.repair.forwarded import Forwarded
 from proxy.repair.phases import Phases
 from proxy.repair.pipeline import Link, RepairChain, repaired_stream
-from proxy.repair.receipts.store import open_store
+from proxy.repair.receipts.opening import open_store
 from proxy.repair.rules import RouteRules
 from proxy.repair.tally import Tally
 from proxy.repair.tenancy import ReceiptScope

@@ -21,7 +21,7 @@ import orjson
 import pytest
 import redis
 
-from proxy.settings.schema import Settings
+from proxy.settings.schema import ReceiptSettings, Settings
 from proxy.upstream.rules_view import learned
 from tests.support.message_upstreams import (
     deepseek_roles,
@@ -367,16 +367,16 @@ def test_two_proxies_sharing_a_redis_learn_it_once() -> None:
             assert len(keys) == 1 and keys[0].endswith(b":developer_role:system")
             # `streamfix config` shows it beside the route's keys.
             upstream = Settings().with_values({"upstream.base_url": base_url}).upstream
-            shown = learned(server.url, upstream)
+            receipts = ReceiptSettings(store=server.url)
+            shown = learned(receipts, upstream, {})
             assert shown == "developer_role:system (model m, refused with 422)"
-            assert learned(server.url, replace(upstream, base_url="http://127.0.0.1:1/v1")) == (
-                "nothing yet"
-            )
+            elsewhere = replace(upstream, base_url="http://127.0.0.1:1/v1")
+            assert learned(receipts, elsewhere, {}) == "nothing yet"
 
 
 def learned_keys(server: RedisServer) -> list[bytes]:
     client = redis.Redis.from_url(server.url)
     try:
-        return list(client.scan_iter(match="streamfix:parameters:*"))
+        return list(client.scan_iter(match="streamfix:learned:*"))
     finally:
         client.close()

@@ -272,7 +272,7 @@ def test_a_proxy_sharing_the_redis_drops_what_another_learned(
 def learned_keys(server: RedisServer) -> list[bytes]:
     client = redis.Redis.from_url(server.url)
     try:
-        return list(client.scan_iter(match="streamfix:parameters:*"))
+        return list(client.scan_iter(match="streamfix:learned:*"))
     finally:
         client.close()
 

@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from proxy.repair.receipts.store import MemoryStore
+from proxy.repair.receipts.memory_store import MemoryStore
 from proxy.server.app import create_app
 from proxy.settings.schema import Settings
 from tests.support.chat_requests import chat

@@ -87,8 +87,36 @@ def test_an_unreachable_redis_store_is_reported_at_start_up(
 ) -> None:
     store = f"redis://:hunter2@127.0.0.1:{free_port()}/0"
     text = lifespan_log(caplog, monkeypatch, {"receipts.store": store})
-    assert "receipt store redis://****@127.0.0.1:" in text and "is unreachable" in text
+    assert "receipt store redis://****@127.0.0.1:" in text and "does not answer" in text
     assert "hunter2" not in text
+
+
+@pytest.mark.parametrize(
+    ("values", "env", "warned"),
+    [
+        ({}, {}, None),
+        ({"server.replicas": 3}, {}, "server.replicas is 3 with the memory receipt store"),
+        ({}, {"KUBERNETES_SERVICE_HOST": "10.96.0.1"}, "running on Kubernetes with the memory"),
+        ({"server.replicas": 3, "receipts.store": "redis://127.0.0.1:1/0"}, {}, None),
+    ],
+    ids=["one-replica", "declared-replicas", "kubernetes", "redis"],
+)
+def test_replicas_on_the_memory_store_are_warned_about_at_start_up(
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    values: dict,
+    env: dict,
+    warned: str | None,
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    lifespan_log(caplog, monkeypatch, values, env)
+    warnings = [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.WARNING and "misses its receipts" in r.getMessage()
+    ]
+    assert len(warnings) == (0 if warned is None else 1), warnings
+    assert all(warning.startswith(warned or "") for warning in warnings), warnings
 
 
 def exchange_lines(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:

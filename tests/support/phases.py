@@ -9,7 +9,8 @@ from typing import Any
 from proxy.repair.forwarded import Forwarded
 from proxy.repair.phases import Phases
 from proxy.repair.pipeline import RepairChain
-from proxy.repair.receipts.store import MemoryStore, ReceiptStore
+from proxy.repair.receipts.memory_store import MemoryStore
+from proxy.repair.receipts.store import ReceiptStore
 from proxy.repair.request_phase import RequestContext, RequestRepair
 from proxy.repair.rules import RouteRules
 from proxy.repair.tally import Tally

@@ -11,7 +11,8 @@ from typing import Any
 
 from proxy.repair.forwarded import Forwarded
 from proxy.repair.pipeline import RepairChain
-from proxy.repair.receipts.store import MemoryStore, ReceiptStore
+from proxy.repair.receipts.memory_store import MemoryStore
+from proxy.repair.receipts.store import ReceiptStore
 from proxy.repair.repairs.receipt_capture import ReceiptCapture
 from proxy.repair.repairs.receipts import (
     CurrentTurnPlaceholders,

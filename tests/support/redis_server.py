@@ -97,7 +97,7 @@ class RedisServer:
             if self._launch(binary):
                 return
         raise RuntimeError(
-            f"redis-server did not answer PING on 127.0.0.1:{self.port} within "
+            f"redis-server did not answer on 127.0.0.1:{self.port} within "
             f"{self.startup_timeout:.0f}s; its log:\n{self._log_tail()}"
         )
 
@@ -128,8 +128,9 @@ class RedisServer:
 
     # internals
 
-    def _launch(self, binary: str) -> bool:
-        command = [
+    def command(self, binary: str) -> list[str]:
+        """The server's command line; a deployment (TLS, Sentinel, Cluster) adds to it."""
+        return [
             binary,
             "--port",
             str(self.port),
@@ -142,6 +143,17 @@ class RedisServer:
             "--dir",
             str(self._workdir),
         ]
+
+    def ready(self) -> bool:
+        """Whether the started server serves; a server without plain PING overrides it."""
+        return self.ping()
+
+    @property
+    def workdir(self) -> Path:
+        return self._workdir
+
+    def _launch(self, binary: str) -> bool:
+        command = self.command(binary)
         with self._log.open("ab") as log:
             self.process = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
@@ -151,9 +163,9 @@ class RedisServer:
         def answered() -> bool:
             nonlocal exited
             exited = self.process.poll() is not None
-            return exited or self.ping()
+            return exited or self.ready()
 
-        what = f"redis-server to answer PING on 127.0.0.1:{self.port}"
+        what = f"redis-server to answer on 127.0.0.1:{self.port}"
         try:
             wait_until(answered, what, self.startup_timeout, interval=0.02)
         except AssertionError:

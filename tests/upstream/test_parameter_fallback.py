@@ -9,7 +9,7 @@ import httpx
 import orjson
 import pytest
 
-from proxy.repair.receipts.store import MemoryStore
+from proxy.repair.receipts.memory_store import MemoryStore
 from proxy.upstream.parameter_fallback import (
     MAX_ERROR_BYTES,
     ParameterMemory,

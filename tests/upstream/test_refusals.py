@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from proxy.repair.profiles import PROFILES
-from proxy.repair.receipts.store import MemoryStore
+from proxy.repair.receipts.memory_store import MemoryStore
 from proxy.repair.rules import RouteRules
 from proxy.upstream.parameter_fallback import PARAMETERS
 from proxy.upstream.refusal_memory import RefusalMemory

@@ -11,7 +11,7 @@ import pytest
 from proxy.fronts import receipt_tokens
 from proxy.fronts.responses.request import FrontError, Lookups, Translation, translate
 from proxy.fronts.responses.store import ResponsesStore
-from proxy.repair.receipts.store import MemoryStore
+from proxy.repair.receipts.memory_store import MemoryStore
 from proxy.repair.tenancy import ReceiptScope
 
 SCOPE = ReceiptScope("tenant-a", "upstream-1")

@@ -19,7 +19,7 @@ from typing import Any
 from proxy.repair.forwarded import Forwarded
 from proxy.repair.profiles import PROFILES, ReceiptRule
 from proxy.repair.receipts.capture import FieldBuilder
-from proxy.repair.receipts.store import MemoryStore
+from proxy.repair.receipts.memory_store import MemoryStore
 from proxy.repair.repairs.receipt_capture import ReceiptCapture
 from proxy.repair.rules import RouteRules
 from proxy.repair.tally import Tally

@@ -92,7 +92,7 @@ def test_the_open_webui_broken_round_is_healed() -> None:
 
 
 def test_repair_can_be_turned_off() -> None:
-    from proxy.repair.receipts.store import MemoryStore
+    from proxy.repair.receipts.memory_store import MemoryStore
     from proxy.repair.repairs import request_repairs
     from proxy.settings.chain import chain_options
     from proxy.settings.schema import Settings

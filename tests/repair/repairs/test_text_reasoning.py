@@ -16,7 +16,7 @@ import pytest
 from proxy.repair.conformance import stream_chunks, violations
 from proxy.repair.markup.rules import MarkupRules
 from proxy.repair.pipeline import RepairChain
-from proxy.repair.receipts.store import MemoryStore
+from proxy.repair.receipts.memory_store import MemoryStore
 from proxy.repair.repairs import request_repairs, stream_links
 from proxy.repair.repairs.content_parts import ContentPartsRepair
 from proxy.repair.repairs.history import HistoryRepair

@@ -1,23 +1,16 @@
-"""The receipt stores: the bounded in-process LRU, and Redis against a real redis-server.
-
-A store failure must never fail a request, so the Redis tests take the server away mid-test
-and check that every call still returns, quickly, and that the same store object works again
-once the server is back.
-"""
+"""The memory receipt store: the bounded in-process LRU (TTL, recency, byte budget)."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
-import time
 import tracemalloc
 from collections.abc import Awaitable, Callable, Iterator
 
-import orjson
 import pytest
-import redis
 
-from proxy.repair.receipts.store import MemoryStore, RedisStore, entry_bytes, open_store
+from proxy.repair.receipts.memory_store import MemoryStore, entry_bytes
+from proxy.repair.receipts.opening import open_store
 from proxy.settings.schema import ReceiptSettings
 from tests.support.redis_server import RedisServer, started_redis_server
 
@@ -207,151 +200,3 @@ async def test_open_store_memory_uses_the_settings() -> None:
     await store.put_many({f"k{i}": receipt(str(i)) for i in range(20)})
     assert len(store) == 7
     await store.aclose()
-
-
-# ── RedisStore against a real redis-server ───────────────────────────────────
-
-
-async def test_redis_round_trip_stores_json_under_the_prefix(redis_server: RedisServer) -> None:
-    store = RedisStore(redis_server.url, ttl_seconds=60, prefix="sfx-test:")
-    try:
-        items = {
-            "tenant:upstream:call:623rbkd0": receipt("EjQKMgG+Pvb7s6anNtqTZtb1XVK5Rf2ed"),
-            "tenant:upstream:text:9f86d081884c7d65": receipt("sig123"),
-            "tenant:upstream:call:ünïcødé": {"nested": [1, 2.5, None, True, "x"]},
-        }
-        await store.put_many(items)
-        keys = [*items, "tenant:upstream:call:missing"]
-        assert await store.get_many(keys) == items
-        assert await store.get_many([]) == {}
-        await store.put_many({})
-        assert await store.ping() is True
-        assert store.errors == 0
-    finally:
-        await store.aclose()
-
-    with redis.Redis.from_url(redis_server.url) as client:
-        raw = client.get("sfx-test:tenant:upstream:call:623rbkd0")
-        assert raw is not None
-        assert orjson.loads(raw) == items["tenant:upstream:call:623rbkd0"]
-        assert sorted(client.keys("*")) == sorted(f"sfx-test:{k}".encode() for k in items)
-
-
-async def test_redis_default_prefix_is_streamfix(redis_server: RedisServer) -> None:
-    store = RedisStore(redis_server.url, ttl_seconds=60)
-    try:
-        await store.put_many({"k": receipt("s")})
-    finally:
-        await store.aclose()
-    with redis.Redis.from_url(redis_server.url) as client:
-        assert client.keys("*") == [b"streamfix:k"]
-
-
-async def test_redis_every_key_gets_the_ttl(redis_server: RedisServer) -> None:
-    store = RedisStore(redis_server.url, ttl_seconds=120)
-    try:
-        await store.put_many({f"t:u:call:{i}": receipt(f"s{i}") for i in range(25)})
-        await store.put_many({"t:u:call:0": receipt("replaced")})  # a rewrite keeps a TTL too
-    finally:
-        await store.aclose()
-    with redis.Redis.from_url(redis_server.url) as client:
-        keys = client.keys("streamfix:*")
-        assert len(keys) == 25
-        for key in keys:
-            ttl = client.ttl(key)
-            assert 0 < ttl <= 120, (key, ttl)
-
-
-async def test_redis_outage_never_raises_counts_errors_and_recovers(
-    redis_server: RedisServer,
-) -> None:
-    store = RedisStore(redis_server.url, ttl_seconds=60)
-    try:
-        await store.put_many({"before": receipt("before")})
-        assert await store.get_many(["before"]) == {"before": receipt("before")}
-        assert store.errors == 0
-
-        redis_server.stop()
-        for attempt in range(3):
-            errors = store.errors
-            started = time.monotonic()
-            assert await store.get_many(["before", "other"]) == {}
-            assert time.monotonic() - started < OUTAGE_CALL_BUDGET, attempt
-            assert store.errors > errors
-
-            errors = store.errors
-            started = time.monotonic()
-            assert await store.put_many({f"during{attempt}": receipt("x")}) is False
-            assert time.monotonic() - started < OUTAGE_CALL_BUDGET, attempt
-            assert store.errors > errors
-
-        started = time.monotonic()
-        assert await store.ping() is False
-        assert time.monotonic() - started < OUTAGE_CALL_BUDGET
-
-        # Back, on the same port and empty (nothing is persisted): the same store object
-        # works again from its very next call, without being recreated.
-        redis_server.start()
-        errors = store.errors
-        await store.put_many({"after": receipt("after")})
-        assert await store.get_many(["after", "before"]) == {"after": receipt("after")}
-        assert await store.ping() is True
-        assert store.errors == errors
-    finally:
-        await store.aclose()
-
-
-async def test_redis_unreachable_from_the_start_is_not_fatal() -> None:
-    """A store opened while Redis is down (a replica starting first) neither raises nor hangs."""
-    server = RedisServer()  # a port with nobody listening: never started
-    store = RedisStore(server.url, ttl_seconds=60)
-    try:
-        started = time.monotonic()
-        assert await store.get_many(["k"]) == {}
-        await store.put_many({"k": receipt("s")})
-        assert await store.ping() is False
-        assert time.monotonic() - started < 3 * OUTAGE_CALL_BUDGET
-        assert store.errors >= 2
-    finally:
-        await store.aclose()
-        server.close()
-
-
-async def test_open_store_redis_url(redis_server: RedisServer) -> None:
-    store = open_store(ReceiptSettings(store=redis_server.url, ttl_seconds=30))
-    try:
-        assert isinstance(store, RedisStore)
-        assert await store.ping() is True
-        await store.put_many({"k": receipt("s")})
-    finally:
-        await store.aclose()
-    with redis.Redis.from_url(redis_server.url) as client:
-        assert 0 < client.ttl("streamfix:k") <= 30
-
-
-async def test_redis_restart_while_idle_loses_no_call(redis_server: RedisServer) -> None:
-    """Redis restarts (or drops idle connections) between two exchanges: the pooled
-    connection is stale, and the next call must still reach the server that is back."""
-    store = RedisStore(redis_server.url, ttl_seconds=60)
-    try:
-        await store.put_many({"before": receipt("before")})
-        redis_server.stop()
-        redis_server.start()  # no store call while it was down
-        await store.put_many({"after": receipt("after")})
-        assert await store.get_many(["after"]) == {"after": receipt("after")}
-        assert store.errors == 0
-    finally:
-        await store.aclose()
-
-
-async def test_redis_reads_its_own_writes_before_redis_has_them(redis_server: RedisServer) -> None:
-    # A fast client's follow-up can arrive before the background write lands in Redis.
-    store = RedisStore(redis_server.url, ttl_seconds=60, prefix="sfx-own:")
-    receipt = {"reasoning_content": "thought"}
-    store.put_later({"k": receipt})
-    assert await store.get_many(["k", "other"]) == {"k": receipt}
-    await store.aclose()  # waits for the write
-    assert store._in_flight == {}  # acknowledged writes leave the in-flight table
-    reader = RedisStore(redis_server.url, ttl_seconds=60, prefix="sfx-own:")
-    assert await reader.get_many(["k"]) == {"k": receipt}  # and it did land
-    await reader.aclose()
