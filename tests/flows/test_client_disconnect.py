@@ -21,7 +21,31 @@ from tests.support.waiting import wait_until
 
 KEEPALIVE = b": keepalive\n\n"
 
+MODEL = "openai_text_usage_only_last_chunk"
+DOORS = {
+    # door: (path, streamed request body, how its stream opens, its heartbeat)
+    "chat": ("/v1/chat/completions", chat(MODEL, stream=True), b"data: ", KEEPALIVE),
+    "responses": (
+        "/v1/responses",
+        {"model": MODEL, "input": "hi", "stream": True},
+        b"event: response.created",
+        b"event: response.in_progress",
+    ),
+    "messages": (
+        "/v1/messages",
+        {
+            "model": MODEL,
+            "max_tokens": 64,
+            "stream": True,
+            "messages": [{"role": "user", "content": "hi"}],
+        },
+        b"event: message_start",
+        b"event: ping",
+    ),
+}
 
+
+@pytest.mark.parametrize("door", sorted(DOORS))
 @pytest.mark.parametrize(
     ("knobs", "keepalive"),
     [
@@ -32,7 +56,7 @@ KEEPALIVE = b": keepalive\n\n"
     ids=["upstream-stalled", "upstream-still-sending", "upstream-stalled-keepalives-flowing"],
 )
 def test_client_disconnect_closes_the_upstream_and_leaves_nothing_behind(
-    knobs: dict[str, Any], keepalive: float
+    knobs: dict[str, Any], keepalive: float, door: str
 ) -> None:
     # Without the close in the stream's `finally`, the fake keeps `open_streams == 1` (stalled:
     # until the 600 s read timeout; still sending: until its last event, ~3 s) and the proxy
@@ -40,7 +64,8 @@ def test_client_disconnect_closes_the_upstream_and_leaves_nothing_behind(
     # gauge stays at 1. With keepalives flowing during the stall, a keepalive timer or comment
     # task left behind would show in the task count, and a stream kept alive by its own
     # comments in `open_streams`.
-    model = "openai_text_usage_only_last_chunk"
+    # Every door: the Responses and Messages fronts' streams end the upstream request the same.
+    path, request, opening, heartbeat = DOORS[door]
     fake = FakeUpstream(**knobs)
     settings = Settings().with_values(
         {
@@ -62,17 +87,19 @@ def test_client_disconnect_closes_the_upstream_and_leaves_nothing_behind(
             baseline = probe.task_count()
 
             client = httpx.Client(timeout=CLIENT_TIMEOUT)
-            with client.stream(
-                "POST", f"{proxy.url}/v1/chat/completions", json=chat(model, stream=True)
-            ) as response:
+            with client.stream("POST", f"{proxy.url}{path}", json=request) as response:
                 assert response.status_code == 200
                 # Keep the iterator: dropping a half-read httpx iterator closes the connection.
                 body = response.iter_raw()
                 first = next(body)
-                assert first.startswith(b"data: ")
+                assert first.startswith(opening)
                 if keepalive:  # the upstream's two events, then its silence: the proxy's
-                    later = [next(body) for _ in range(2)]  # comment, before the read timeout
-                    assert KEEPALIVE in later, later
+                    later = b""  # heartbeat, before the read timeout
+                    for _ in range(8):
+                        later += next(body)
+                        if heartbeat in later:
+                            break
+                    assert heartbeat in later, later
                 assert fake.open_streams == 1
                 assert len(upstream_state.connections) == 1
                 assert probe.task_count() > baseline  # the request is in flight
