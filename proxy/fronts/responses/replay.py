@@ -89,7 +89,8 @@ def _translator(response: dict[str, Any], items: list[dict[str, Any]]) -> Respon
 
 def _whole_events(translator: Translator, completion: dict[str, Any]) -> list[bytes]:
     """A streamed request the upstream answered whole: its events, as the door sends them."""
-    return translator.feed(completion_chunk(completion)) + translator.finish(CLEAN)
+    opened = translator.feed(completion_chunk(completion))
+    return opened + translator.settle(CLEAN) + translator.terminal()
 
 
 def rendering(client_body: bytes, request: Any) -> Rendering | None:
