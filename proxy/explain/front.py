@@ -48,6 +48,9 @@ class FrontView:
     """Where the recorded client copy differs from today's rendering (heartbeats aside)."""
     accounted: bool = True
     """Whether the rows' front events add up to today's rendering of the whole answer."""
+    rendered: bool = True
+    """False when today's chat answer was relayed as received (an upstream error, a body
+    that is not a completion): the front would not have rendered it."""
 
     @property
     def translation(self) -> dict[str, int]:
@@ -75,7 +78,6 @@ def front_view(
     if found is None:
         return None
     front, rendering = found
-    today = rendering.render(chat_output)
     request = cassette.client_request
     view = FrontView(
         front.name,
@@ -84,6 +86,11 @@ def front_view(
         SHAPES[front.name](request.body_json) if request is not None else {},
         chat_shape(cassette.body_json),
     )
+    if mode == "relayed":  # not a chat answer the front would render: nothing to compare
+        view.rendered = False
+        view.rows = [[] for _ in chat_rows]
+        return view
+    today = rendering.render(chat_output)
     view.diff = diff_lines(front.comparable(cassette.client_body), today)
     # A second renderer, driven row by row: the first one's state is spent.
     again = front_of(cassette)

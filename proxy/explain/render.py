@@ -84,7 +84,7 @@ def _front_json(front: FrontView | None) -> dict[str, Any] | None:
         "end": [front_value(raw) for raw in front.end],
         "answer": [front_value(raw) for raw in front.answer],
         "notes": [label.to_json() for label in front.events_labels],
-        "matches_recorded": not front.diff,
+        "matches_recorded": not front.diff if front.rendered else None,
         "diff": front.diff,
         "accounted": front.accounted,
     }
@@ -217,6 +217,8 @@ def _front_request_lines(front: FrontView, style: Style) -> list[str]:
 
 def _front_verdict(front: FrontView, style: Style) -> list[str]:
     lines = _labels_lines(front.events_labels, style)
+    if not front.rendered:
+        return [*lines, "front: not rendered: the chat answer was relayed as received"]
     if not front.accounted:
         lines.append(style("31", "note: these front events do not add up to today's rendering"))
     if not front.diff:

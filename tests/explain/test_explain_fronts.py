@@ -249,6 +249,7 @@ def test_a_client_copy_that_differs_from_todays_rendering_is_said(
     )
     old.save(path)
     out = text_of(tmp_path, "messages-stream")
+    assert "front request (Messages, POST /v1/messages, streamed" in out  # kept by a save
     assert "front: what the client was sent differs from today's rendering:" in out
     assert re.search(r'^    -.*"stop_reason":"end_turn"', out, re.M)
     assert re.search(r'^    \+.*"stop_reason":"tool_use"', out, re.M)
@@ -256,3 +257,19 @@ def test_a_client_copy_that_differs_from_todays_rendering_is_said(
     assert front["matches_recorded"] is False
     replayed = anyio.run(check_cassette, path, Settings())
     assert front["diff"] == replayed.diff
+
+
+def test_a_chat_answer_relayed_today_is_not_rendered_as_the_front(
+    cassettes: Path, tmp_path: Path
+) -> None:
+    """A cassette whose upstream answer is an error today (the status edited to 500): the chat
+    side shows it relayed, and the front side renders nothing rather than a made-up answer."""
+    document_ = json.loads((cassettes / "responses-whole.json").read_text())
+    document_["upstream"]["status"] = 500
+    (tmp_path / "responses-whole.json").write_text(json.dumps(document_))
+    out = text_of(tmp_path, "responses-whole")
+    assert "== responses-whole.json (relayed, 500)" in out
+    assert "front request (Responses, POST /v1/responses, one body to the client):" in out
+    assert "front: not rendered: the chat answer was relayed as received" in out
+    assert "front answer" not in out
+    assert only(tmp_path, "responses-whole")["front"]["matches_recorded"] is None
