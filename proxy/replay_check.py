@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 
 from proxy.fronts.messages import replay as messages_replay
+from proxy.fronts.rendering import Rendering
 from proxy.fronts.responses import replay as responses_replay
 from proxy.repair.conformance import violations
 from proxy.repair.phases import Phases
@@ -22,14 +23,41 @@ from proxy.upstream.cassettes import Cassette
 from proxy.upstream.recording import ReplayTransport
 from proxy.upstream.routes import CHAT_PATH
 
-Rendered = Callable[[bytes, bytes, Any], bytes | None]
 
-FRONTS: tuple[tuple[Rendered, Callable[[bytes], bytes]], ...] = (
-    (messages_replay.rendered, messages_replay.without_pings),
-    (responses_replay.rendered, responses_replay.without_keepalives),
+@dataclass(frozen=True)
+class Front:
+    """A front whose client copy a cassette may hold: how today's chat answer is rendered for
+    it, and what is left out of the recording (the heartbeats that depend on timing, not on
+    the repairs)."""
+
+    name: str
+    rendering: Callable[[bytes, Any], Rendering | None]
+    comparable: Callable[[bytes], bytes]
+
+
+FRONTS = (
+    Front("Messages", messages_replay.rendering, messages_replay.without_pings),
+    Front("Responses", responses_replay.rendering, responses_replay.without_keepalives),
 )
-"""Each front's renderer of today's chat answer, and what it leaves out of the recording (the
-heartbeats that depend on timing, not on the repairs)."""
+
+
+def front_of(cassette: Cassette) -> tuple[Front, Rendering] | None:
+    """The front whose client the cassette's client copy was sent to, with a renderer primed
+    with what its recorded answer minted; None for a chat client's cassette."""
+    for front in FRONTS:
+        found = front.rendering(cassette.client_body, cassette.body_json)
+        if found is not None:
+            return front, found
+    return None
+
+
+def diff_lines(recorded: bytes, today: bytes) -> list[str]:
+    """A unified diff of what the client was sent then and what it would be sent today."""
+    if recorded == today:
+        return []
+    before = recorded.decode("utf-8", "replace").splitlines()
+    after = today.decode("utf-8", "replace").splitlines()
+    return list(difflib.unified_diff(before, after, "recorded", "today", lineterm="", n=1))
 
 
 @dataclass
@@ -102,19 +130,12 @@ async def check_cassette(path: Path, settings: Settings) -> CassetteResult:
     output = response.content
     recorded_body = cassette.client_body
     # A front client's cassette: today's chat answer as that front renders it.
-    as_front = None
-    for render, comparable in FRONTS:
-        as_front = render(recorded_body, output, cassette.body_json)
-        if as_front is not None:
-            output, recorded_body = as_front, comparable(recorded_body)
-            break
+    as_front = front_of(cassette)
+    if as_front is not None:
+        front, rendering = as_front
+        output, recorded_body = rendering.render(output), front.comparable(recorded_body)
     result = CassetteResult(path.name, output=output)
-    if output != recorded_body:
-        recorded = recorded_body.decode("utf-8", "replace").splitlines()
-        today = output.decode("utf-8", "replace").splitlines()
-        result.diff = list(
-            difflib.unified_diff(recorded, today, "recorded", "today", lineterm="", n=1)
-        )
+    result.diff = diff_lines(recorded_body, output)
     if as_front is None and delivery_of(cassette, response) is Mode.SSE:
         result.violations = violations(output, settings.tool_calls.emit)
     return result

@@ -7,6 +7,8 @@ from typing import Any
 
 from proxy.explain.attribution import BodyChange, Label
 from proxy.explain.diff import MISSING, Change, change_json, field_changes
+from proxy.explain.front import FrontView, front_value
+from proxy.explain.front_shapes import shape_text
 from proxy.explain.run import Explanation, Row
 from proxy.wire import json_codec
 from proxy.wire.sse import SSEDecoder
@@ -46,6 +48,48 @@ def _body_json(body: BodyChange | None) -> dict[str, Any] | None:
     }
 
 
+def _row_json(item: Explanation, number: int) -> dict[str, Any]:
+    row = item.rows[number]
+    out = {
+        "upstream": None if row.upstream is None else event_value(row.upstream),
+        "client": [event_value(raw) for raw in row.client],
+        "changes": [change_json(change) for change in _row_changes(row)],
+        "labels": [label.to_json() for label in row.labels],
+    }
+    if item.front is not None:  # the front events this chat event became
+        out["front"] = [front_value(raw) for raw in item.front.rows[number]]
+    return out
+
+
+def _front_json(front: FrontView | None) -> dict[str, Any] | None:
+    if front is None:
+        return None
+    request = front.request
+    return {
+        "api": front.api,
+        "streamed": front.streamed,
+        "request": None
+        if request is None
+        else {
+            "method": request.method,
+            "path": request.path,
+            "query": request.query,
+            "headers": request.headers,
+            "body": request.body_json,
+            "shape": front.front_shape,
+        },
+        "chat_request": {"shape": front.chat_shape},
+        "labels": [label.to_json() for label in front.translation_labels],
+        "start": [front_value(raw) for raw in front.start],
+        "end": [front_value(raw) for raw in front.end],
+        "answer": [front_value(raw) for raw in front.answer],
+        "notes": [label.to_json() for label in front.events_labels],
+        "matches_recorded": not front.diff if front.rendered else None,
+        "diff": front.diff,
+        "accounted": front.accounted,
+    }
+
+
 def to_json(explanations: list[Explanation]) -> dict[str, Any]:
     """The machine-readable document: per cassette its request and response changes, its
     events with upstream, client and labels, and its totals by kind."""
@@ -60,15 +104,8 @@ def to_json(explanations: list[Explanation]) -> dict[str, Any]:
                 "mode": item.mode,
                 "request": _body_json(item.request),
                 "response": _body_json(item.response),
-                "events": [
-                    {
-                        "upstream": None if row.upstream is None else event_value(row.upstream),
-                        "client": [event_value(raw) for raw in row.client],
-                        "changes": [change_json(change) for change in _row_changes(row)],
-                        "labels": [label.to_json() for label in row.labels],
-                    }
-                    for row in item.rows
-                ],
+                "front": _front_json(item.front),
+                "events": [_row_json(item, number) for number in range(len(item.rows))],
                 "relayed": item.relayed.decode("utf-8", "replace") if item.relayed else None,
                 "notes": [label.to_json() for label in item.notes],
                 "totals": item.totals,
@@ -156,19 +193,65 @@ def _row_lines(number: int, row: Row, style: Style) -> list[str]:
     return lines + _labels_lines(row.labels, style)
 
 
+def _front_lines(title: str, events: list[bytes], style: Style) -> list[str]:
+    """Front events under a chat row (`front`, `front 2`…), or a section of their own."""
+    lines = [title] if title and events else []
+    for index, raw in enumerate(events):
+        name = "front" if len(events) == 1 else f"front {index + 1}"
+        lines.append(f"  {name:<9} {style('35', _compact(front_value(raw)))}")
+    return lines
+
+
+def _front_request_lines(front: FrontView, style: Style) -> list[str]:
+    how = "streamed to the client" if front.streamed else "one body to the client"
+    request = front.request
+    if request is None:
+        head = f"front request ({front.api}, {how}): not recorded (the cassette predates it)"
+        lines = [head]
+    else:
+        lines = [f"front request ({front.api}, {request.method} {request.path}, {how}):"]
+        lines.append(f"  client    {shape_text(front.front_shape)}")
+    lines.append(f"  chat      {shape_text(front.chat_shape)}")
+    return lines + _labels_lines(front.translation_labels, style)
+
+
+def _front_verdict(front: FrontView, style: Style) -> list[str]:
+    lines = _labels_lines(front.events_labels, style)
+    if not front.rendered:
+        return [*lines, "front: not rendered: the chat answer was relayed as received"]
+    if not front.accounted:
+        lines.append(style("31", "note: these front events do not add up to today's rendering"))
+    if not front.diff:
+        return [*lines, "front: today's rendering is what the client was sent (heartbeats aside)"]
+    lines.append(style("31", "front: what the client was sent differs from today's rendering:"))
+    return lines + [f"    {line}" for line in front.diff]
+
+
 def to_text(item: Explanation, style: Style) -> str:
     lines = [style("1", f"== {item.name} ({item.mode}, {item.status})")]
+    front = item.front
+    if front is not None:
+        lines += _front_request_lines(front, style)
     lines += _body_lines("request", item.request, style)
     lines += _body_lines("response", item.response, style)
     if item.mode == "relayed":
         lines.append(f"relayed as received: {item.relayed.decode('utf-8', 'replace').strip()}")
+    if front is not None:
+        lines += _front_lines("front answer", front.answer, style)
+        lines += _front_lines("front start", front.start, style)
     for number, row in enumerate(item.rows, 1):
         lines += _row_lines(number, row, style)
+        if front is not None:
+            lines += _front_lines("", front.rows[number - 1], style)
+    if front is not None:
+        lines += _front_lines("front end", front.end, style)
     if item.notes:
         lines.append("not tied to one event:")
         lines += _labels_lines(item.notes, style)
     if not item.accounted:
         lines.append(style("31", "note: these events do not add up to what the client was sent"))
+    if front is not None:
+        lines += _front_verdict(front, style)
     totals = ", ".join(f"{kind}={n}" for kind, n in item.totals.items())
     lines.append(f"totals: {totals or 'no repairs'}")
     return "\n".join(lines)

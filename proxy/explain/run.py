@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 
 from proxy.explain.attribution import AttributingPhases, Attribution, BodyChange, Label, Step
+from proxy.explain.front import FrontView, front_view
 from proxy.repair.pipeline import as_chunk, is_done, is_upstream_error
 from proxy.repair.receipts.store import ReceiptStore
 from proxy.repair.repairs import ChainOptions
@@ -51,6 +52,9 @@ class Explanation:
     totals: dict[str, int] = field(default_factory=dict)
     accounted: bool = True
     """Whether the rows' client events are, byte for byte, what the client was sent."""
+    front: FrontView | None = None
+    """A Responses or Messages client's side of the exchange (front.py); None for a chat
+    client's."""
 
 
 def cassette_paths(target: Path) -> list[Path]:
@@ -100,6 +104,14 @@ async def explain(path: Path, settings: Settings) -> Explanation:
     elif result.mode == "relayed":
         result.relayed = response.content
     _total(result, seen)
+    sent = [row.client for row in result.rows]
+    result.front = front_view(cassette, result.mode, sent, response.content)
+    if result.front is not None:
+        # What the front counted, as the exchange's tally holds it beside the repairs'.
+        totals = Counter(result.totals)
+        totals.update(result.front.translation)
+        totals.update(result.front.counts)
+        result.totals = dict(sorted(totals.items()))
     return result
 
 

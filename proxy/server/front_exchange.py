@@ -14,8 +14,9 @@ learned refusal calls for a rebuild) -> recall -> record -> phase one -> send, l
 
 Every path is booked once (log line, metrics, span) with `x-streamfix-repairs`; a repaired
 answer ends with what it taught (`Exchanges.answered`). A recording's client copy gets what the
-client was sent: the front's events or body. A front supplies a `Door` (responses_endpoint.py,
-messages.py; doors.py says what one supplies); nothing here knows either protocol.
+client was sent (the front's events or body) and the client's own request. A front supplies a
+`Door` (responses_endpoint.py, messages.py; doors.py says what one supplies); nothing here
+knows either protocol.
 """
 
 from __future__ import annotations
@@ -124,6 +125,17 @@ class FrontRunner:
         )
         if isinstance(upstream, Response):
             return exchanges.failed(record, door.restyled(upstream))
+        if record.client_copy is not None:
+            # A recording keeps the client's own request beside the chat request it became,
+            # with what the last translation (after a refusal's rebuild) counted.
+            record.client_copy.client_request(
+                request.method,
+                request.url.path,
+                request.url.query,
+                client_headers,
+                raw,
+                front.counts,
+            )
         status = upstream.status_code
         decoder = decoder_for(upstream.headers.get("content-encoding", ""))
         if status >= 400 or decoder is None:

@@ -14,11 +14,13 @@ import logging
 import os
 import threading
 from collections import deque
+from collections.abc import Mapping
 from pathlib import Path
 
 import anyio
 
-from proxy.upstream.cassettes import Cassette, file_name
+from proxy.upstream.cassettes import Cassette, file_name, safe_headers, safe_query
+from proxy.upstream.client_requests import ClientRequest
 
 logger = logging.getLogger(__name__)
 
@@ -110,13 +112,34 @@ class CassetteWriter:
     """One exchange's `ClientCopy` (upstream/context.py): what the client was sent, and the
     cassette handed to the shelf when the exchange is over."""
 
-    def __init__(self, cassette: Cassette, shelf: CassetteShelf) -> None:
+    def __init__(
+        self, cassette: Cassette, shelf: CassetteShelf, secret_headers: frozenset[str] = frozenset()
+    ) -> None:
         self.cassette = cassette
         self._shelf = shelf
+        self._secret = secret_headers
         self._client: list[bytes] = []
 
     def sent(self, data: bytes) -> None:
         self._client.append(data)
+
+    def client_request(
+        self,
+        method: str,
+        path: str,
+        query: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        translation: dict[str, int],
+    ) -> None:
+        self.cassette.client_request = ClientRequest(
+            method,
+            path,
+            safe_query(query),
+            safe_headers(headers, self._secret),
+            body,
+            dict(translation),
+        )
 
     async def save(self) -> None:
         self.cassette.client_body = b"".join(self._client)

@@ -2,8 +2,10 @@
 
 A cassette keeps the request as it went upstream (credentials removed), the upstream's status,
 headers and body as the raw byte chunks it arrived in, with their arrival times, and the bytes
-the client was sent. Chunks are text where they are valid UTF-8 (one JSON string per chunk, so
-a diff shows which event changed) and base64 where a chunk boundary split a character.
+the client was sent; for a front client (Responses, Messages) also the client's own request and
+what its translation counted (client_requests.py). Chunks are text where they are valid UTF-8
+(one JSON string per chunk, so a diff shows which event changed) and base64 where a chunk
+boundary split a character.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from urllib.parse import parse_qsl, urlencode
 import orjson
 
 from proxy.repair.profiles import PROFILES
+from proxy.upstream.client_requests import ClientRequest
 from proxy.wire.credentials import CREDENTIAL_HEADERS, CREDENTIAL_PARAMETERS
 from proxy.wire.json_paths import Path as FieldPath
 from proxy.wire.json_paths import get_path, remove_path
@@ -108,6 +111,9 @@ class Cassette:
     """The upstream it was recorded against (credentials removed)."""
     profile: str = ""
     """The provider profile that applied when it was recorded."""
+    client_request: ClientRequest | None = None
+    """A front client's own request (Responses, Messages), when one was translated into this
+    chat request; None for a chat client, or a cassette recorded before it was kept."""
     file: Path | None = None
 
     @property
@@ -137,9 +143,10 @@ class Cassette:
             request["body"] = body
         else:
             request["body_text"] = self.request_body.decode("utf-8", "replace")
-        document = {
-            "format": FORMAT,
-            "request": request,
+        document: dict[str, Any] = {"format": FORMAT, "request": request}
+        if self.client_request is not None:
+            document["client_request"] = self.client_request.to_json()
+        document |= {
             "upstream": {
                 "base_url": self.upstream_base_url,
                 "profile": self.profile,
@@ -173,6 +180,11 @@ class Cassette:
             client_body="\n".join(document["client"]["lines"]).encode(),
             upstream_base_url=upstream.get("base_url", ""),
             profile=upstream.get("profile", ""),
+            client_request=(
+                ClientRequest.from_json(document["client_request"])
+                if isinstance(document.get("client_request"), dict)
+                else None
+            ),
             file=path,
         )
 

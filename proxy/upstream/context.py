@@ -3,6 +3,7 @@ status: the app's routing data on the request, and a recorder's copy on the resp
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -28,6 +29,19 @@ class ClientCopy(Protocol):
     transport's cassette writer): delivery hands it every byte, then saves it once."""
 
     def sent(self, data: bytes) -> None: ...
+
+    def client_request(
+        self,
+        method: str,
+        path: str,
+        query: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        translation: dict[str, int],
+    ) -> None:
+        """A front's exchange: the client's own request, before the front translated it into
+        the chat request that went upstream, and what the translation counted. The copy
+        keeps it credential-free."""
 
     async def save(self) -> None:
         """The exchange is over, however it ended. Whatever it needs to keep is taken before

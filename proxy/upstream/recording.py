@@ -80,8 +80,11 @@ class RecordingTransport(httpx.AsyncBaseTransport):
             status_code=response.status_code,
             headers=response.headers,
             stream=_RecordedStream(response.stream, cassette),
-            extensions={**response.extensions, CLIENT_COPY: CassetteWriter(cassette, self._shelf)},
+            extensions={**response.extensions, CLIENT_COPY: self._writer(cassette)},
         )
+
+    def _writer(self, cassette: Cassette) -> CassetteWriter:
+        return CassetteWriter(cassette, self._shelf, self._secret)
 
     async def aclose(self) -> None:
         """The lifespan's close: every cassette handed over is on disk before it returns."""

@@ -96,6 +96,17 @@ def leaks(corpus: dict[str, str | bytes], keys: tuple[str, ...] = TEST_KEYS) -> 
     return found
 
 
+def messages_request(model: str) -> dict[str, object]:
+    """A streamed Messages request with a tool, as Claude Code sends one."""
+    return {
+        "model": model,
+        "max_tokens": 64,
+        "stream": True,
+        "messages": [{"role": "user", "content": "go"}],
+        "tools": [{"name": "read", "input_schema": {"type": "object"}}],
+    }
+
+
 def exchange_corpus(name: str, response: httpx.Response) -> dict[str, str | bytes]:
     headers = "\n".join(f"{k}: {v}" for k, v in response.headers.multi_items())
     return {f"{name} body": response.content, f"{name} headers": headers}
@@ -183,6 +194,19 @@ def test_no_credential_in_logs_recordings_metrics_or_error_bodies(
                 "models": httpx.get(
                     f"{proxy}/v1/models", headers=other_credentials, timeout=TIMEOUT
                 ),
+                # The fronts' cassettes also keep the client's own request and its headers.
+                "messages": httpx.post(
+                    f"{proxy}/v1/messages",
+                    json=messages_request("gemini_indexless_call_stop"),
+                    headers={**other_credentials, **client_headers},
+                    timeout=TIMEOUT,
+                ),
+                "responses": httpx.post(
+                    f"{proxy}/v1/responses",
+                    json={"model": "gemini_indexless_call_stop", "input": "go", "stream": True},
+                    headers={**other_credentials, **client_headers},
+                    timeout=TIMEOUT,
+                ),
             }
             statuses = {name: r.status_code for name, r in exchanges.items()}
             assert statuses == {
@@ -194,6 +218,8 @@ def test_no_credential_in_logs_recordings_metrics_or_error_bodies(
                 "too large": 413,
                 "unreachable": 502,
                 "models": 200,
+                "messages": 200,
+                "responses": 200,
             }
             for name, response in exchanges.items():
                 corpus |= exchange_corpus(f"passing {name}", response)
@@ -267,7 +293,9 @@ def test_no_credential_in_logs_recordings_metrics_or_error_bodies(
         assert any(UPSTREAM_KEY in str(r.headers) for r in fake.requests)
 
     corpus |= recorded_files(tmp_path)
-    assert len([k for k in corpus if k.startswith("recording ")]) >= 9  # the filters ran
+    assert len([k for k in corpus if k.startswith("recording ")]) >= 11  # the filters ran
+    fronts = [c for c in corpus.values() if isinstance(c, bytes) and b'"client_request"' in c]
+    assert len(fronts) == 2  # the client's own request was recorded, and filtered
     corpus["logs"] = rendered(records, threads)
     assert leaks(corpus) == []
 
@@ -293,12 +321,19 @@ def test_no_query_string_credential_in_logs_or_recordings(
                 json=chat("gemini_indexless_call_stop", stream=True),
                 timeout=TIMEOUT,
             ),
+            # A front's cassette keeps the client's query too: filtered the same way.
+            "messages": httpx.post(
+                f"{proxy}/v1/messages?beta=true&key={QUERY_KEY}",
+                json=messages_request("gemini_indexless_call_stop"),
+                timeout=TIMEOUT,
+            ),
         }
-        assert [r.status_code for r in responses.values()] == [200, 200]
+        assert [r.status_code for r in responses.values()] == [200, 200, 200]
         assert any(QUERY_KEY in r.query for r in fake.requests)
     corpus: dict[str, str | bytes] = recorded_files(tmp_path)
     for name, response in responses.items():
         corpus |= exchange_corpus(name, response)
-    assert len(corpus) >= 6
+    assert len(corpus) >= 9
+    assert any(b'"beta=true"' in c for c in corpus.values() if isinstance(c, bytes))
     corpus["logs"] = rendered(records, threads)
     assert leaks(corpus) == []

@@ -12,12 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.fronts.messages.events import (
-    Clean,
-    MessageEvents,
-    UpstreamError,
-    whole,
-)
+from proxy.fronts.messages.events import MessageEvents, events_of
+from proxy.fronts.rendering import Rendering
+from proxy.fronts.translator import Translator
 from proxy.wire import json_codec
 from proxy.wire.sse import SSEDecoder
 
@@ -61,32 +58,30 @@ def without_pings(client_body: bytes) -> bytes:
     return client_body.replace(PING, b"")
 
 
-def rendered(client_body: bytes, chat_output: bytes, request: Any) -> bytes | None:
-    """`chat_output` (today's repaired chat answer) as the Messages front renders it for the
-    recorded message; None when `client_body` is not a Messages answer."""
+def _whole_events(translator: Translator, completion: dict[str, Any]) -> list[bytes]:
+    """A streamed request the upstream answered whole: the message as events (the door's)."""
+    return events_of(translator.whole(completion))
+
+
+def rendering(client_body: bytes, request: Any) -> Rendering | None:
+    """A renderer of today's chat answer primed with the recorded message's id, model and
+    signature; None when `client_body` is not a Messages answer."""
     message = recorded_message(client_body)
     if message is None:
         return None
     signature = str(message.get("signature", ""))
     stops = request.get("stop") if isinstance(request, dict) else None
-    options: dict[str, Any] = {
-        "message_id": message.get("id"),
-        "mint": lambda key: signature,
-        "stop_sequences": stops if isinstance(stops, list) else None,
-    }
-    model = str(message.get("model", ""))
-    if not client_body.startswith(b"event:"):
-        completion = _chunk(chat_output.decode("utf-8", "replace"))
-        if not isinstance(completion, dict):
-            return chat_output
-        return json_codec.dumps(whole(completion, model, **options))
-    translator = MessageEvents(model, **options)
-    out = translator.start()
-    decoder = SSEDecoder(len(chat_output) + 1)
-    for event in [*decoder.feed(chat_output), *decoder.flush()]:
-        chunk = _chunk(event.data)
-        if isinstance(chunk, dict) and chunk.get("error"):
-            return b"".join(out + translator.finish(UpstreamError(chunk)))
-        if isinstance(chunk, dict):
-            out += translator.feed(chunk)
-    return b"".join(out + translator.finish(Clean()))
+    translator = MessageEvents(
+        str(message.get("model", "")),
+        message_id=message.get("id"),
+        mint=lambda key: signature,
+        stop_sequences=stops if isinstance(stops, list) else None,
+    )
+    return Rendering(translator, client_body.startswith(b"event:"), _whole_events)
+
+
+def rendered(client_body: bytes, chat_output: bytes, request: Any) -> bytes | None:
+    """`chat_output` (today's repaired chat answer) as the Messages front renders it for the
+    recorded message; None when `client_body` is not a Messages answer."""
+    found = rendering(client_body, request)
+    return None if found is None else found.render(chat_output)

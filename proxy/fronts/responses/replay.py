@@ -17,15 +17,10 @@ from typing import Any
 
 import orjson
 
-from proxy.fronts.responses.events import (
-    CLEAN,
-    ResponsesEvents,
-    completion_chunk,
-    new_id,
-    upstream_error,
-    whole,
-)
+from proxy.fronts.rendering import Rendering
+from proxy.fronts.responses.events import CLEAN, ResponsesEvents, completion_chunk, new_id
 from proxy.fronts.responses.request import Translation, chat_tools
+from proxy.fronts.translator import Translator
 from proxy.wire.sse import SSEDecoder
 
 _STREAM_START = b"event: response.created"
@@ -92,27 +87,27 @@ def _translator(response: dict[str, Any], items: list[dict[str, Any]]) -> Respon
     )
 
 
-def rendered(client_body: bytes, chat_output: bytes, request: Any) -> bytes | None:
-    """`chat_output` (today's repaired chat answer) as the Responses front renders it for the
-    recorded response; None when `client_body` is not a Responses answer."""
+def _whole_events(translator: Translator, completion: dict[str, Any]) -> list[bytes]:
+    """A streamed request the upstream answered whole: its events, as the door sends them."""
+    opened = translator.feed(completion_chunk(completion))
+    return opened + translator.settle(CLEAN) + translator.terminal()
+
+
+def rendering(client_body: bytes, request: Any) -> Rendering | None:
+    """A renderer of today's chat answer primed with what the recorded response minted; None
+    when `client_body` is not a Responses answer."""
     recorded = _recorded(client_body)
     if recorded is None:
         return None
-    events = _translator(*recorded)
-    completion = _json(chat_output) if chat_output.startswith(b"{") else None
-    if not client_body.startswith(_STREAM_START):
-        if not isinstance(completion, dict):
-            return chat_output
-        return orjson.dumps(whole(events, completion))
-    out = events.start()
-    if isinstance(completion, dict):  # a streamed request the upstream answered whole
-        out += events.feed(completion_chunk(completion))
-        return b"".join(out + events.finish(CLEAN))
-    for chunk in _events(chat_output):
-        if chunk.get("error"):
-            return b"".join(out + events.finish(upstream_error(chunk)))
-        out += events.feed(chunk)
-    return b"".join(out + events.finish(CLEAN))
+    streamed = client_body.startswith(_STREAM_START)
+    return Rendering(_translator(*recorded), streamed, _whole_events)
+
+
+def rendered(client_body: bytes, chat_output: bytes, request: Any) -> bytes | None:
+    """`chat_output` (today's repaired chat answer) as the Responses front renders it for the
+    recorded response; None when `client_body` is not a Responses answer."""
+    found = rendering(client_body, request)
+    return None if found is None else found.render(chat_output)
 
 
 def without_keepalives(client_body: bytes) -> bytes:
