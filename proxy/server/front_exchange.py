@@ -184,6 +184,9 @@ class FrontRunner:
             answer = door.error(502, message, "upstream_error")
         else:
             answer = door.upstream_refusal(upstream.status_code, said)
+        if record.client_copy is not None:  # recorded like a chat refusal, for --replay
+            record.client_copy.sent(bytes(answer.body))
+            await record.client_copy.save()
         return self.exchanges.failed(record, answer)
 
 
