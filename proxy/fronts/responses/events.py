@@ -35,13 +35,13 @@ from proxy.fronts.responses.output_items import (
     assistant_message,
     detail_text,
 )
-from proxy.fronts.responses.request import Translation
 from proxy.fronts.responses.response_object import (
     error_of,
     incomplete_reason,
     response_object,
     terminal_event,
 )
+from proxy.fronts.responses.translation import Translation
 from proxy.fronts.responses.whole import completion_chunk, whole
 from proxy.fronts.translator import CLEAN, Aborted, Clean, End, UpstreamError
 from proxy.fronts.turns import TurnReceipts, call_extras

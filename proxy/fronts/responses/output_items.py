@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from proxy.fronts.responses.request import CUSTOM_INPUT, NAMESPACE_SEPARATOR
+from proxy.fronts.responses.translation import CUSTOM_INPUT, NAMESPACE_SEPARATOR
 
 Shaped = dict[str, Any]
 
