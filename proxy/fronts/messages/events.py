@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.fronts.messages.request import error_body
+from proxy.fronts.messages.anthropic_errors import error_body
 from proxy.fronts.translator import Aborted, Clean, End, UpstreamError
 from proxy.fronts.turns import TurnReceipts, call_extras, turn_key
 from proxy.wire import json_codec
