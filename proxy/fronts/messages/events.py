@@ -19,112 +19,55 @@ Reasoning (`reasoning_content`, `reasoning`, `reasoning_details`) becomes a `thi
 whose `signature` is a receipt token (proxy/fronts/receipt_tokens.py) bound to the tenant and
 this message: the AI SDK drops an unsigned thinking block, and the request side drops (and
 counts) a signature this proxy did not issue to this tenant.
+
+Here: the stream's state (which block is open, its index, the finish, the kept turn). The
+framing of each event is framing.py's, the calls held until the finish held_calls.py's, what
+the chat answer says in Messages' terms chat_answer.py's, a whole answer whole_message.py's.
+The names this module offered before are importable from it.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.fronts.messages.request import error_body
+from proxy.fronts.messages.anthropic_errors import error_body
+from proxy.fronts.messages.chat_answer import (
+    error_message,
+    reasoning_text,
+    stop_reason,
+    usage_of,
+)
+from proxy.fronts.messages.framing import (
+    PING,
+    block_delta,
+    block_start,
+    block_stop,
+    message_end,
+    new_message_id,
+    sse,
+)
+from proxy.fronts.messages.held_calls import HeldCalls
+from proxy.fronts.messages.whole_message import Mint, events_of, whole
 from proxy.fronts.translator import Aborted, Clean, End, UpstreamError
-from proxy.fronts.turns import TurnReceipts, call_extras, turn_key
-from proxy.wire import json_codec
+from proxy.fronts.turns import TurnReceipts, turn_key
 
-__all__ = ["Aborted", "Clean", "End", "MessageEvents", "UpstreamError", "events_of", "whole"]
-
-Mint = Callable[[str], str]
-"""A receipt key -> the signature token for it (receipt_tokens.mint bound to the scope)."""
-
-
-def new_message_id() -> str:
-    return "msg_" + os.urandom(12).hex()
-
-
-def sse(event: dict[str, Any]) -> bytes:
-    """One named event, as Anthropic frames them (`event:` line, then its JSON)."""
-    name: str = event["type"]
-    return b"event: " + name.encode() + b"\ndata: " + json_codec.dumps(event) + b"\n\n"
-
-
-PING = sse({"type": "ping"})
-
-
-@dataclass
-class _Call:
-    id: str = ""
-    name: str = ""
-    arguments: list[str] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)
-    """Fields beside id, type and function (Gemini's signature), for the kept turn."""
-
-
-def reasoning_text(delta: dict[str, Any]) -> str | None:
-    """The reasoning a delta carries, or None. OpenRouter sends the same text in `reasoning`
-    and `reasoning_details`: one field is read, in this order, never two."""
-    for name in ("reasoning_content", "reasoning"):
-        value = delta.get(name)
-        if isinstance(value, str) and value:
-            return value
-    details = delta.get("reasoning_details")
-    if isinstance(details, list) and details:
-        pieces = []
-        for detail in details:
-            if isinstance(detail, dict):
-                for name in ("text", "summary"):
-                    if isinstance(detail.get(name), str):
-                        pieces.append(detail[name])
-        return "".join(pieces)  # "" for encrypted-only details: a block still carries them
-    return None
-
-
-def stop_reason(finish: Any, called: bool, matched: Any, stops: list[str]) -> tuple[str, Any]:
-    """(stop_reason, stop_sequence) for a chat finish."""
-    if called:
-        return "tool_use", None
-    if finish == "length":
-        return "max_tokens", None
-    if finish == "content_filter":
-        return "refusal", None
-    if isinstance(matched, str) and matched in stops:
-        return "stop_sequence", matched
-    return "end_turn", None
-
-
-def usage_of(usage: Any) -> dict[str, int]:
-    """Anthropic's usage from a chat usage object (zeros where the upstream said nothing)."""
-    out = {"input_tokens": 0, "output_tokens": 0}
-    if not isinstance(usage, dict):
-        return out
-    prompt = usage.get("prompt_tokens")
-    completion = usage.get("completion_tokens")
-    details = usage.get("prompt_tokens_details")
-    cached = details.get("cached_tokens") if isinstance(details, dict) else None
-    cached = cached if isinstance(cached, int) else 0
-    if isinstance(prompt, int):
-        out["input_tokens"] = max(prompt - cached, 0)
-    if isinstance(completion, int):
-        out["output_tokens"] = completion
-    if cached:
-        out["cache_read_input_tokens"] = cached
-    return out
-
-
-def error_message(body: Any) -> str:
-    """The upstream's own words for its error, whatever its shape."""
-    if isinstance(body, dict):
-        error = body.get("error")
-        if isinstance(error, dict) and isinstance(error.get("message"), str):
-            return str(error["message"])
-        if isinstance(error, str):
-            return error
-        if isinstance(body.get("message"), str):
-            return str(body["message"])
-    if isinstance(body, str) and body:
-        return body
-    return "the upstream reported an error"
+__all__ = [
+    "PING",
+    "Aborted",
+    "Clean",
+    "End",
+    "MessageEvents",
+    "Mint",
+    "UpstreamError",
+    "error_message",
+    "events_of",
+    "new_message_id",
+    "reasoning_text",
+    "sse",
+    "stop_reason",
+    "usage_of",
+    "whole",
+]
 
 
 class MessageEvents:
@@ -147,7 +90,7 @@ class MessageEvents:
         self._started = False
         self._next_index = 0
         self._open: str | None = None  # the type of the block now open
-        self._calls: dict[int, _Call] = {}
+        self._calls = HeldCalls()
         self._called = False
         self._finish: Any = None
         self._matched: Any = None
@@ -214,52 +157,23 @@ class MessageEvents:
                 out.append(self._delta({"type": "text_delta", "text": text}))
             for entry in delta.get("tool_calls") or ():
                 if isinstance(entry, dict):
-                    self._take_call(entry)
+                    self._calls.take(entry)
         if choice.get("finish_reason"):
             self._finish = choice["finish_reason"]
             self._matched = choice.get("stop_reason")
             out += self._flush_calls()
         return out
 
-    def _take_call(self, entry: dict[str, Any]) -> None:
-        index = entry.get("index", len(self._calls))
-        call = self._calls.setdefault(index if isinstance(index, int) else 0, _Call())
-        if isinstance(entry.get("id"), str):
-            call.id = entry["id"]
-        function = entry.get("function")
-        if isinstance(function, dict):
-            if isinstance(function.get("name"), str) and function["name"]:
-                call.name = function["name"]
-            if isinstance(function.get("arguments"), str):
-                call.arguments.append(function["arguments"])
-        call.extra.update(call_extras(entry))
-
     def _flush_calls(self) -> list[bytes]:
+        """Each held call as one whole `tool_use` block."""
         out: list[bytes] = []
-        for position in sorted(self._calls):
-            call = self._calls[position]
-            if not call.name:
-                self._count("tool_call_without_name_dropped")  # ToolCallRepair names them all
-                continue
-            arguments = "".join(call.arguments).strip() or "{}"
-            try:
-                parsed = json_codec.loads(arguments)
-            except json_codec.JSONDecodeError:
-                parsed = None
-            if not isinstance(parsed, dict):
-                self._count("tool_input_not_an_object")
-                arguments = "{}"
-            block = {"id": call.id or f"toolu_{os.urandom(12).hex()}", "name": call.name}
-            function = {"name": call.name, "arguments": arguments}
-            self._turn_calls.append(
-                {"id": block["id"], "type": "function", "function": function, **call.extra}
-            )
+        for call in self._calls.flush(self._count):
+            self._turn_calls.append(call.chat_call)
             out += self._close()
-            out += self._block("tool_use", {**block, "input": {}})
-            out.append(self._delta({"type": "input_json_delta", "partial_json": arguments}))
+            out += self._block("tool_use", {**call.block, "input": {}})
+            out.append(self._delta({"type": "input_json_delta", "partial_json": call.arguments}))
             out += self._close()
             self._called = True
-        self._calls.clear()
         return out
 
     def _block(self, kind: str, fields: dict[str, Any]) -> list[bytes]:
@@ -271,11 +185,11 @@ class MessageEvents:
         block = {"type": kind, **fields}
         return [
             *out,
-            sse({"type": "content_block_start", "index": self._next_index, "content_block": block}),
+            block_start(self._next_index, block),
         ]
 
     def _delta(self, delta: dict[str, Any]) -> bytes:
-        return sse({"type": "content_block_delta", "index": self._next_index, "delta": delta})
+        return block_delta(self._next_index, delta)
 
     def _close(self) -> list[bytes]:
         if self._open is None:
@@ -285,7 +199,7 @@ class MessageEvents:
             signature = self._mint(turn_key(self.message_id)) if self._mint else ""
             self._signed = self._signed or bool(signature)
             out.append(self._delta({"type": "signature_delta", "signature": signature}))
-        out.append(sse({"type": "content_block_stop", "index": self._next_index}))
+        out.append(block_stop(self._next_index))
         self._open = None
         self._next_index += 1
         return out
@@ -314,10 +228,7 @@ class MessageEvents:
         reason, sequence = stop_reason(self._finish, self._called, self._matched, self._stops)
         delta = {"stop_reason": reason, "stop_sequence": sequence}
         usage = usage_of(self._usage)
-        return [
-            sse({"type": "message_delta", "delta": delta, "usage": usage}),
-            sse({"type": "message_stop"}),
-        ]
+        return message_end(delta, usage)
 
     def whole(self, completion: dict[str, Any]) -> dict[str, Any]:
         message = whole(
@@ -347,91 +258,3 @@ class MessageEvents:
         if self._turn_calls:
             message["tool_calls"] = self._turn_calls
         return message
-
-
-def whole(
-    completion: dict[str, Any],
-    model: str,
-    *,
-    message_id: str | None = None,
-    mint: Mint | None = None,
-    stop_sequences: list[str] | None = None,
-) -> dict[str, Any]:
-    """A non-streamed chat completion (repaired) as a Messages `message` object."""
-    message_id = message_id or new_message_id()
-    choices = completion.get("choices")
-    choice = choices[0] if isinstance(choices, list) and choices else {}
-    choice = choice if isinstance(choice, dict) else {}
-    chat = choice.get("message")
-    chat = chat if isinstance(chat, dict) else {}
-    content: list[dict[str, Any]] = []
-    thought = reasoning_text(chat)
-    if thought is not None:
-        signature = mint(turn_key(message_id)) if mint else ""
-        content.append({"type": "thinking", "thinking": thought, "signature": signature})
-    text = chat.get("content")
-    if isinstance(text, str) and text:
-        content.append({"type": "text", "text": text})
-    called = False
-    for call in chat.get("tool_calls") or ():
-        function = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(function, dict) or not function.get("name"):
-            continue
-        try:
-            arguments = json_codec.loads(function.get("arguments") or "{}")
-        except json_codec.JSONDecodeError:
-            arguments = None
-        call_id = call.get("id") if isinstance(call.get("id"), str) else None
-        content.append(
-            {
-                "type": "tool_use",
-                "id": call_id or f"toolu_{os.urandom(12).hex()}",
-                "name": function["name"],
-                "input": arguments if isinstance(arguments, dict) else {},
-            }
-        )
-        called = True
-    reason, sequence = stop_reason(
-        choice.get("finish_reason"), called, choice.get("stop_reason"), stop_sequences or []
-    )
-    return {
-        "id": message_id,
-        "type": "message",
-        "role": "assistant",
-        "model": model,
-        "content": content,
-        "stop_reason": reason,
-        "stop_sequence": sequence,
-        "usage": usage_of(completion.get("usage")),
-    }
-
-
-def events_of(message: dict[str, Any]) -> list[bytes]:
-    """A whole `message` as the events a stream of it would have been: for a client that asked
-    to stream from an upstream that answered in one body."""
-    start = {**message, "content": [], "stop_reason": None, "stop_sequence": None}
-    start["usage"] = {"input_tokens": message["usage"]["input_tokens"], "output_tokens": 0}
-    out = [sse({"type": "message_start", "message": start})]
-    for index, block in enumerate(message["content"]):
-        kind = block["type"]
-        if kind == "text":
-            opening: dict[str, Any] = {"type": "text", "text": ""}
-            deltas = [{"type": "text_delta", "text": block["text"]}]
-        elif kind == "thinking":
-            opening = {"type": "thinking", "thinking": "", "signature": ""}
-            deltas = [
-                {"type": "thinking_delta", "thinking": block["thinking"]},
-                {"type": "signature_delta", "signature": block["signature"]},
-            ]
-        else:
-            opening = {**block, "input": {}}
-            partial = json_codec.dumps(block["input"]).decode()
-            deltas = [{"type": "input_json_delta", "partial_json": partial}]
-        out.append(sse({"type": "content_block_start", "index": index, "content_block": opening}))
-        for delta in deltas:
-            out.append(sse({"type": "content_block_delta", "index": index, "delta": delta}))
-        out.append(sse({"type": "content_block_stop", "index": index}))
-    stop = {"stop_reason": message["stop_reason"], "stop_sequence": message["stop_sequence"]}
-    out.append(sse({"type": "message_delta", "delta": stop, "usage": message["usage"]}))
-    out.append(sse({"type": "message_stop"}))
-    return out

@@ -1,0 +1,74 @@
+"""What a chat answer says, in Messages' terms: its reasoning text, its stop reason, its
+usage, its error's words."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def reasoning_text(delta: dict[str, Any]) -> str | None:
+    """The reasoning a delta carries, or None. OpenRouter sends the same text in `reasoning`
+    and `reasoning_details`: one field is read, in this order, never two."""
+    for name in ("reasoning_content", "reasoning"):
+        value = delta.get(name)
+        if isinstance(value, str) and value:
+            return value
+    details = delta.get("reasoning_details")
+    if isinstance(details, list) and details:
+        pieces = []
+        for detail in details:
+            if isinstance(detail, dict):
+                for name in ("text", "summary"):
+                    if isinstance(detail.get(name), str):
+                        pieces.append(detail[name])
+        return "".join(pieces)  # "" for encrypted-only details: a block still carries them
+    return None
+
+
+def stop_reason(finish: Any, called: bool, matched: Any, stops: list[str]) -> tuple[str, Any]:
+    """(stop_reason, stop_sequence) for a chat finish: `tool_use` whenever a call went out,
+    `max_tokens` for `length`, `refusal` for `content_filter`, `stop_sequence` when the
+    upstream named which one matched (vLLM's `stop_reason`), else `end_turn`."""
+    if called:
+        return "tool_use", None
+    if finish == "length":
+        return "max_tokens", None
+    if finish == "content_filter":
+        return "refusal", None
+    if isinstance(matched, str) and matched in stops:
+        return "stop_sequence", matched
+    return "end_turn", None
+
+
+def usage_of(usage: Any) -> dict[str, int]:
+    """Anthropic's usage from a chat usage object (zeros where the upstream said nothing)."""
+    out = {"input_tokens": 0, "output_tokens": 0}
+    if not isinstance(usage, dict):
+        return out
+    prompt = usage.get("prompt_tokens")
+    completion = usage.get("completion_tokens")
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    cached = cached if isinstance(cached, int) else 0
+    if isinstance(prompt, int):
+        out["input_tokens"] = max(prompt - cached, 0)
+    if isinstance(completion, int):
+        out["output_tokens"] = completion
+    if cached:
+        out["cache_read_input_tokens"] = cached
+    return out
+
+
+def error_message(body: Any) -> str:
+    """The upstream's own words for its error, whatever its shape."""
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return str(error["message"])
+        if isinstance(error, str):
+            return error
+        if isinstance(body.get("message"), str):
+            return str(body["message"])
+    if isinstance(body, str) and body:
+        return body
+    return "the upstream reported an error"

@@ -1,0 +1,53 @@
+"""A Messages request's `tools` and `tool_choice` -> chat's: client tools as functions
+(Anthropic's server tools refused: they would need Anthropic to run them), `tool_choice`
+`auto` / `any` / `tool` / `none` as chat's `auto` / `required` / a named function / `none`,
+`disable_parallel_tool_use` as `parallel_tool_calls: false`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxy.fronts.messages.anthropic_errors import MessagesError, string_at
+
+TOOL_CHOICES = {"auto": "auto", "any": "required", "none": "none"}
+"""Anthropic's tool_choice types that name no tool -> chat's."""
+
+
+def map_tools(body: dict[str, Any], chat: dict[str, Any]) -> None:
+    tools = body.get("tools")
+    if tools:
+        if not isinstance(tools, list):
+            raise MessagesError("tools: must be a list")
+        chat["tools"] = [_tool(tool, f"tools.{i}") for i, tool in enumerate(tools)]
+    choice = body.get("tool_choice")
+    if choice is None:
+        return
+    if not isinstance(choice, dict):
+        raise MessagesError("tool_choice: must be an object")
+    kind = choice.get("type")
+    if isinstance(kind, str) and kind in TOOL_CHOICES:
+        chat["tool_choice"] = TOOL_CHOICES[kind]
+    elif kind == "tool":
+        name = string_at(choice.get("name"), "tool_choice.name")
+        chat["tool_choice"] = {"type": "function", "function": {"name": name}}
+    else:
+        raise MessagesError(f"tool_choice.type: {kind!r} is not auto, any, tool or none")
+    if choice.get("disable_parallel_tool_use") is True and chat.get("tools"):
+        chat["parallel_tool_calls"] = False
+
+
+def _tool(tool: Any, where: str) -> dict[str, Any]:
+    """A client tool as a function. Anthropic's server tools (web search, code execution, its
+    versioned bash and editor types) would need Anthropic to run them: refused."""
+    if not isinstance(tool, dict):
+        raise MessagesError(f"{where}: must be an object")
+    if tool.get("type") not in (None, "custom"):
+        raise MessagesError(f"{where}.type: {tool.get('type')!r} runs on Anthropic's servers")
+    function: dict[str, Any] = {"name": string_at(tool.get("name"), f"{where}.name")}
+    if isinstance(tool.get("description"), str):
+        function["description"] = tool["description"]
+    schema = tool.get("input_schema")
+    if not isinstance(schema, dict):
+        raise MessagesError(f"{where}.input_schema: Field required")
+    function["parameters"] = schema
+    return {"type": "function", "function": function}

@@ -1,0 +1,155 @@
+"""A Responses request's `input` items -> chat messages.
+
+A string is one user message. Items, by kind: a `message` (with or without `type`; roles
+user, system, developer, assistant; `developer` sent as `system`, which chat upstreams other
+than OpenAI's reject or ignore); a run of assistant-side items (assistant `message`,
+`function_call`, `custom_tool_call`, `reasoning`) folded into one assistant chat message, its
+calls' ids the `call_id`s; each `*_call_output` a `tool` message; a reasoning item's
+`encrypted_content` a receipt token, read back into the receipts of the assistant message of
+its run; an `item_reference` looked up in the store.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxy.fronts.receipt_tokens import read as read_token
+from proxy.fronts.responses.input_content import chat_content, joined_text, json_text, output_text
+from proxy.fronts.responses.openai_errors import FrontError, invalid
+from proxy.fronts.responses.translation import (
+    CUSTOM_INPUT,
+    NAMESPACE_SEPARATOR,
+    Item,
+    Lookups,
+    Message,
+    Translation,
+)
+from proxy.fronts.turns import restore_turns
+
+ASSISTANT_SIDE = frozenset({"function_call", "custom_tool_call", "reasoning"})
+CALL_OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output"})
+
+
+class _Folder:
+    """Builds chat messages from items, folding each assistant-side run into one message."""
+
+    def __init__(self, lookups: Lookups, translation: Translation) -> None:
+        self.lookups = lookups
+        self.translation = translation
+        self.messages: list[Message] = []
+        self.assistant: Message | None = None
+        self.receipts: list[tuple[Message, str]] = []
+        """(assistant message, receipt key) for each valid token: restored at the end."""
+
+    def open_assistant(self) -> Message:
+        if self.assistant is None:
+            self.assistant = {"role": "assistant", "content": None}
+            self.messages.append(self.assistant)
+        return self.assistant
+
+    def close_assistant(self) -> None:
+        self.assistant = None
+
+    def add(self, item: Item, where: str) -> None:
+        kind = item.get("type")
+        if kind is None or kind == "message":
+            self._message(item, where)
+        elif kind in ("function_call", "custom_tool_call"):
+            self._call(item, where)
+        elif kind in CALL_OUTPUTS:
+            self.close_assistant()
+            call_id = item.get("call_id")
+            if not isinstance(call_id, str):
+                raise invalid(f"{where}.call_id", "required")
+            self.messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": call_id,
+                    "content": output_text(item.get("output")),
+                }
+            )
+        elif kind == "reasoning":
+            self._reasoning(item)
+        else:
+            raise invalid(f"{where}.type", f"input items of type {kind!r} are not supported")
+
+    def _message(self, item: Item, where: str) -> None:
+        role = item.get("role")
+        if role not in ("user", "system", "developer", "assistant"):
+            raise invalid(f"{where}.role", f"unknown role {role!r}")
+        content = chat_content(item.get("content"), where)
+        if role == "assistant":
+            message = self.open_assistant()
+            text = content if isinstance(content, str) else joined_text(content)
+            message["content"] = (message["content"] or "") + text
+            return
+        self.close_assistant()
+        if role == "developer":
+            role = "system"
+            self.translation.count("responses_developer_role")
+        self.messages.append({"role": role, "content": content})
+
+    def _call(self, item: Item, where: str) -> None:
+        call_id, name = item.get("call_id"), item.get("name")
+        if not isinstance(call_id, str) or not isinstance(name, str):
+            raise invalid(where, "a call needs its call_id and name")
+        if item.get("type") == "custom_tool_call":
+            arguments = json_text({CUSTOM_INPUT: output_text(item.get("input"))})
+        else:
+            sent = item.get("arguments")
+            arguments = sent if isinstance(sent, str) else json_text(sent or {})
+        namespace = item.get("namespace")
+        if isinstance(namespace, str) and namespace:
+            name = f"{namespace}{NAMESPACE_SEPARATOR}{name}"
+        message = self.open_assistant()
+        message.setdefault("tool_calls", []).append(
+            {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+        )
+
+    def _reasoning(self, item: Item) -> None:
+        token = item.get("encrypted_content")
+        message = self.open_assistant()
+        if not isinstance(token, str) or not token:
+            return  # summary-only (the AI SDK, rewritten history): the store's keys still apply
+        key = read_token(token, self.lookups.token_scope) if self.lookups.token_scope else None
+        if key is None:
+            self.translation.count("responses_foreign_receipt_token")
+            return
+        self.receipts.append((message, key))
+
+
+async def input_messages(input_: Any, lookups: Lookups, translation: Translation) -> list[Message]:
+    """The chat messages for `input`, receipts restored on the assistant messages whose tokens
+    this proxy issued to this tenant."""
+    if input_ is None:
+        return []
+    if isinstance(input_, str):
+        return [{"role": "user", "content": input_}]
+    if not isinstance(input_, list):
+        raise invalid("input", "must be a string or a list of items")
+    references = [
+        item["id"]
+        for item in input_
+        if isinstance(item, dict)
+        and item.get("type") == "item_reference"
+        and isinstance(item.get("id"), str)
+    ]
+    found = await lookups.items(references) if references else {}
+    folder = _Folder(lookups, translation)
+    for position, item in enumerate(input_):
+        where = f"input[{position}]"
+        if not isinstance(item, dict):
+            raise invalid(where, "must be an object")
+        if item.get("type") == "item_reference":
+            resolved = found.get(item.get("id"))  # type: ignore[arg-type]
+            if resolved is None:
+                raise FrontError(
+                    400, f"Item with id '{item.get('id')}' not found.", "item_not_found", where
+                )
+            translation.count("responses_item_reference")
+            item = resolved
+        folder.add(item, where)
+    restored, unknown = await restore_turns(folder.receipts, lookups.turn)
+    translation.count("responses_receipt_token_unknown", unknown)
+    translation.count("responses_receipts_restored", restored)
+    return folder.messages

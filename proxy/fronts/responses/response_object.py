@@ -1,0 +1,110 @@
+"""The Responses `response` object (in `response.created` and in the terminal event), how a
+response ends, and its usage.
+
+Exactly one terminal event per response: `response.completed`, `response.incomplete` (with
+`incomplete_details.reason`: `max_output_tokens` when the upstream said `length`,
+`content_filter`) or `response.failed` (with the upstream's error, or the proxy's words for a
+broken-off stream). Usage is complete or null: Codex fails a turn without `total_tokens`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxy.fronts.translator import Aborted, End, UpstreamError
+
+TERMINAL_EVENTS = {"completed": "response.completed", "incomplete": "response.incomplete"}
+"""A response's status -> its terminal event; any other status fails."""
+INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_filter"}
+"""A chat finish that leaves the response incomplete -> `incomplete_details.reason`."""
+
+
+def terminal_event(status: str) -> str:
+    return TERMINAL_EVENTS.get(status, "response.failed")
+
+
+def incomplete_reason(finish_reason: Any) -> str | None:
+    return INCOMPLETE_REASONS.get(finish_reason) if isinstance(finish_reason, str) else None
+
+
+def response_object(
+    request: dict[str, Any],
+    *,
+    response_id: str,
+    created_at: int,
+    status: str,
+    error: dict[str, Any] | None,
+    incomplete: dict[str, Any] | None,
+    model: str,
+    store: bool,
+    output: list[dict[str, Any]],
+    usage: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The response object, echoing the request's fields as OpenAI's does (`output` empty
+    and `usage` None while it is in progress)."""
+    asked = request.get("reasoning")
+    reasoning: dict[str, Any] = asked if isinstance(asked, dict) else {}
+    return {
+        "id": response_id,
+        "object": "response",
+        "created_at": created_at,
+        "status": status,
+        "background": False,
+        "error": error,
+        "incomplete_details": incomplete,
+        "instructions": request.get("instructions"),
+        "max_output_tokens": request.get("max_output_tokens"),
+        "model": model,
+        "output": output,
+        "parallel_tool_calls": request.get("parallel_tool_calls", True),
+        "previous_response_id": request.get("previous_response_id"),
+        "reasoning": {"effort": reasoning.get("effort"), "summary": reasoning.get("summary")},
+        "store": store,
+        "temperature": request.get("temperature", 1.0),
+        "text": request.get("text") or {"format": {"type": "text"}},
+        "tool_choice": request.get("tool_choice", "auto"),
+        "tools": request.get("tools") or [],
+        "top_p": request.get("top_p", 1.0),
+        "truncation": request.get("truncation", "disabled"),
+        "usage": usage_of(usage),
+        "user": None,
+        "metadata": request.get("metadata") or {},
+    }
+
+
+def usage_of(usage: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Chat usage -> Responses usage, complete (Codex fails a turn without `total_tokens`)."""
+    if usage is None:
+        return None
+    prompt = _int(usage.get("prompt_tokens"))
+    completion = _int(usage.get("completion_tokens"))
+    prompt_details = usage.get("prompt_tokens_details") or {}
+    completion_details = usage.get("completion_tokens_details") or {}
+    return {
+        "input_tokens": prompt,
+        "input_tokens_details": {"cached_tokens": _int(prompt_details.get("cached_tokens"))},
+        "output_tokens": completion,
+        "output_tokens_details": {
+            "reasoning_tokens": _int(completion_details.get("reasoning_tokens"))
+        },
+        "total_tokens": _int(usage.get("total_tokens")) or prompt + completion,
+    }
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def error_of(end: End) -> dict[str, Any]:
+    """A failed response's `error`: the upstream's code and words, or the proxy's."""
+    if isinstance(end, Aborted):
+        body: dict[str, Any] = {"message": end.message, "code": end.code}
+    else:
+        body = end.body if isinstance(end, UpstreamError) and isinstance(end.body, dict) else {}
+    inner = body.get("error") if isinstance(body.get("error"), dict) else body
+    code = inner.get("code") if isinstance(inner, dict) else None
+    message = inner.get("message") if isinstance(inner, dict) else None
+    return {
+        "code": str(code) if code not in (None, "") else "server_error",
+        "message": str(message) if message else "the upstream stream failed",
+    }

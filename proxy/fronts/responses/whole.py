@@ -1,0 +1,50 @@
+"""A non-streamed chat completion as a Responses response object: through the same events
+translator as a stream, fed the one chunk that says all of it (its message, finish and usage),
+so a whole answer and a streamed one cannot come out different."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from proxy.fronts.translator import CLEAN
+
+if TYPE_CHECKING:
+    from proxy.fronts.responses.events import ResponsesEvents
+
+Chunk = dict[str, Any]
+
+
+def whole(events: ResponsesEvents, completion: dict[str, Any]) -> dict[str, Any]:
+    """A non-streamed chat completion -> the Responses response object, through the same
+    state machine as a stream (one chunk carrying the whole message, its finish and usage)."""
+    events.feed(completion_chunk(completion))
+    events.finish(CLEAN)
+    return events.response()
+
+
+def completion_chunk(completion: dict[str, Any]) -> Chunk:
+    """A whole chat completion as the one chunk that says all of it."""
+    return {
+        "choices": [
+            {
+                "index": choice.get("index", 0),
+                "delta": _as_delta(choice.get("message") or {}),
+                "finish_reason": choice.get("finish_reason"),
+            }
+            for choice in completion.get("choices") or ()
+            if isinstance(choice, dict)
+        ],
+        "usage": completion.get("usage"),
+    }
+
+
+def _as_delta(message: dict[str, Any]) -> dict[str, Any]:
+    delta = dict(message)
+    calls = delta.get("tool_calls")
+    if isinstance(calls, list):
+        delta["tool_calls"] = [
+            {**call, "index": position}
+            for position, call in enumerate(calls)
+            if isinstance(call, dict)
+        ]
+    return delta
