@@ -40,6 +40,8 @@ def chat_tools(tools: Any, translation: Translation) -> list[dict[str, Any]]:
     custom: set[str] = set()
     for position, tool in enumerate(tools):
         kind = tool.get("type") if isinstance(tool, dict) else None
+        if not isinstance(kind, str):
+            raise invalid(f"tools[{position}].type", "required, a string")
         if kind == "function":
             out.append(_function(tool, tool.get("name"), f"tools[{position}]"))
         elif kind == "custom":
@@ -76,10 +78,8 @@ def chat_tools(tools: Any, translation: Translation) -> list[dict[str, Any]]:
                 out.append(_function(member, flat, f"tools[{position}]"))
                 translation.namespaced[flat] = (str(namespace), str(member.get("name")))
             translation.count("responses_namespace_tool")
-        elif kind in HOSTED_TOOLS or isinstance(kind, str):
+        else:  # a hosted tool (HOSTED_TOOLS) or one this bridge does not know
             translation.count("responses_hosted_tool_dropped")
-        else:
-            raise invalid(f"tools[{position}].type", "required")
     translation.custom_tools = frozenset(custom)
     return out
 

@@ -52,6 +52,8 @@ class _Folder:
 
     def add(self, item: Item, where: str) -> None:
         kind = item.get("type")
+        if kind is not None and not isinstance(kind, str):
+            raise invalid(f"{where}.type", "must be a string")
         if kind is None or kind == "message":
             self._message(item, where)
         elif kind in ("function_call", "custom_tool_call"):

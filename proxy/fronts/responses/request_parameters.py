@@ -72,10 +72,9 @@ def refuse(body: dict[str, Any]) -> None:
         if parameter.refused(body.get(parameter.name)):
             raise unsupported(parameter.name, parameter.why)
     choice = body.get("tool_choice")
-    if isinstance(choice, dict) and choice.get("type") in HOSTED_TOOLS:
-        raise unsupported(
-            "tool_choice", f"the hosted tool {choice.get('type')!r} cannot be forced here"
-        )
+    forced = choice.get("type") if isinstance(choice, dict) else None
+    if isinstance(forced, str) and forced in HOSTED_TOOLS:
+        raise unsupported("tool_choice", f"the hosted tool {forced!r} cannot be forced here")
 
 
 def map_parameters(

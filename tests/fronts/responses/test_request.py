@@ -426,3 +426,22 @@ def test_a_custom_tools_grammar_is_told_in_its_description() -> None:
     assert tools[0]["function"]["description"] == (
         "Write SQL.\n\nThe input must follow this regex grammar:\nSELECT .+"
     )
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"input": [{"type": ["message"], "role": "user", "content": "hi"}]}, "input[0].type"),
+        ({"input": "hi", "tools": [{"type": {"function": 1}, "name": "f"}]}, "tools[0].type"),
+        ({"input": "hi", "tools": [{"name": "f"}]}, "tools[0].type"),
+    ],
+)
+def test_a_type_that_is_not_a_string_is_a_400_naming_it(body: dict[str, Any], param: str) -> None:
+    error = refused({"model": "m", **body})
+    assert error.status == 400
+    assert error.body["error"]["param"] == param
+
+
+def test_a_forced_tool_choice_whose_type_is_not_a_string_is_a_400() -> None:
+    error = refused({"model": "m", "input": "hi", "tool_choice": {"type": ["web_search"]}})
+    assert error.status == 400
