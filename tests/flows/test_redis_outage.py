@@ -127,6 +127,7 @@ def test_a_paused_redis_costs_each_exchange_a_bounded_wait(
     assert served.stderr.count(STOPPED) == 1, served.stderr
     # Readiness asks Redis whatever the hold-off says: it finds it back, and says so once.
     served.wait_for(lambda: readiness(served)[1]["store"] is True, "readiness to see Redis", 10)
+    served.wait_for_log(BACK)  # the line reaches the process's stderr reader a moment later
     assert served.stderr.count(BACK) == 1, served.stderr
     stream_through(served.url, follow_up_request())
     assert sent_call_signature(fake) == SIGNATURE
