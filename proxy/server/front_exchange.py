@@ -256,7 +256,7 @@ class _Exchange(Generic[F, T]):
         ):
             # An error in a 200 body: the client gets it as an error, not as an empty answer.
             return runner.exchanges.failed(record, door.upstream_refusal(502, said))
-        if not isinstance(completion, dict) or "choices" not in completion:
+        if not isinstance(completion, dict) or not isinstance(completion.get("choices"), list):
             message = "the upstream's answer is not a chat completion"
             return runner.exchanges.failed(record, door.error(502, message, "upstream_error"))
         await chain.on_response(completion)

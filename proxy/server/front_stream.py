@@ -4,9 +4,11 @@ repair chain and the chain's own chunk objects into the front's translator.
 No chat bytes are encoded or decoded again between the repairs and the translation. The
 chat pipeline's ends are kept: the upstream's own error in its stream ends the answer with the
 front's error event (nothing is invented after it), a stream that broke off or outgrew a bound
-ends it with one too, and only a clean end (with or without `[DONE]`) gets the repairs'
-closing chunks and the front's clean terminal. While the upstream is silent the front's
-heartbeat goes out every `heartbeat_seconds` (quiet_pings.py; `[server] keepalive_seconds`).
+ends it with one too, as does a body with no event in it (empty, an HTML page, a JSON body
+labelled an event stream: "the model said nothing" would be invented), and only a clean end
+(with or without `[DONE]`) gets the repairs' closing chunks and the front's clean terminal.
+While the upstream is silent the front's heartbeat goes out every `heartbeat_seconds`
+(quiet_pings.py; `[server] keepalive_seconds`).
 Before the terminal event the answer's turn is kept (`keep`): the client fires its next
 request the moment it arrives.
 """
@@ -27,6 +29,7 @@ from proxy.wire.limits import LimitExceeded
 from proxy.wire.sse import SSEDecoder, SSEEvent
 
 Keep = Callable[[], Awaitable[None]]
+NO_EVENT = "the upstream answered 200 with no event in its stream"
 
 
 def aborted(exc: Exception) -> Aborted:
@@ -56,12 +59,16 @@ class _Feed:
         self._chain = chain
         self._translator = translator
         self._tally = tally
+        self.heard = False
+        """Whether any event with data came (a chunk, `[DONE]`, anything): an upstream body
+        without one (empty, an HTML page, JSON) is not an answer, whatever its content type."""
 
     def events(self, events: list[SSEEvent]) -> tuple[list[bytes], End | None]:
         """The front's events for these, and the end when the upstream's own error came."""
         out: list[bytes] = []
         feed = self._translator.feed
         for event in events:
+            self.heard = self.heard or event.data is not None
             chunk = as_chunk(event)
             if is_upstream_error(event, chunk):
                 self._tally.count("upstream_error_event", 1)
@@ -110,6 +117,9 @@ async def front_events(
                     break
             if end is None:
                 out, end = feed.events(sse.flush())
+                if end is None and not feed.heard:
+                    tally.note("stream_aborted", "the upstream's stream held no event")
+                    end = Aborted(NO_EVENT, "upstream_no_events")
                 if end is None:
                     out += await feed.closing()
                     end = CLEAN

@@ -21,10 +21,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from proxy.fronts.responses.events import CLEAN, ResponsesEvents, completion_chunk, whole
+from proxy.fronts.responses.openai_errors import completed_error
 from proxy.fronts.responses.request import Lookups, Translation, openai_error, translate
 from proxy.fronts.responses.store import ResponsesStore, records
 from proxy.fronts.turns import turn_key
 from proxy.server.doors import Arrival, Door
+from proxy.wire import json_codec
 
 STORE_FAILED_KIND = "responses_store_failed"
 
@@ -35,6 +37,21 @@ class ResponsesDoor(Door[Translation, ResponsesEvents]):
     def error(self, status: int, message: str, code: str) -> Response:
         kind = "invalid_request_error" if status < 500 else "server_error"
         return _json(status, openai_error(message, code, kind=kind))
+
+    def restyled(self, response: Response) -> Response:
+        """The proxy's own error (keys, limits, an unreachable upstream) with OpenAI's `param`,
+        its status and headers kept."""
+        try:
+            completed = completed_error(json_codec.loads(bytes(response.body)))
+        except json_codec.JSONDecodeError:
+            completed = None
+        if completed is None:
+            return response
+        out = _json(response.status_code, completed)
+        for name, value in response.raw_headers:
+            if name.lower() not in (b"content-length", b"content-type"):
+                out.raw_headers.append((name, value))
+        return out
 
     def upstream_refusal(self, status: int, body: bytes) -> Response:
         message, code, kind, param = _upstream_error_fields(body, status)
@@ -60,7 +77,7 @@ class ResponsesDoor(Door[Translation, ResponsesEvents]):
             # An upstream that answered a streamed request whole: the client still gets events.
             parts = translator.feed(completion_chunk(completion)) + translator.finish(CLEAN)
             return b"".join(parts), "text/event-stream"
-        return orjson.dumps(whole(translator, completion)), "application/json"
+        return json_codec.dumps(whole(translator, completion)), "application/json"
 
     def records(
         self,
@@ -85,7 +102,7 @@ def _store(arrival: Arrival) -> ResponsesStore:
 
 
 def _json(status: int, body: dict[str, Any]) -> Response:
-    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+    return Response(json_codec.dumps(body), status_code=status, media_type="application/json")
 
 
 def _upstream_error_fields(raw: bytes, status: int) -> tuple[str, str, str, Any]:

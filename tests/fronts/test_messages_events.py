@@ -279,3 +279,32 @@ def test_a_call_without_a_name_or_with_arguments_that_are_no_object() -> None:
     inputs = [e["delta"]["partial_json"] for e in events if e["type"] == "content_block_delta"]
     assert inputs == ["{}"]
     assert translator.counts == {"tool_call_without_name_dropped": 1, "tool_input_not_an_object": 1}
+
+
+# ── hostile chunks (tests/fronts/test_hostile_upstream.py found these) ──────
+
+
+def test_tool_calls_that_are_not_a_list_say_nothing() -> None:
+    """A number as `tool_calls` raised TypeError mid-stream (no `message_stop`)."""
+    events = run([chunk({"content": "hi", "tool_calls": 5}), chunk(finish="stop")])
+    assert not violations(events)
+    assert events[-2]["delta"]["stop_reason"] == "end_turn"
+
+
+def test_a_whole_answer_with_calls_that_are_not_a_list_or_unnamed() -> None:
+    """`tool_calls: 5` raised TypeError; a call named by a number became a `tool_use` block
+    with a number for a name; arguments given as a number were read as JSON text."""
+    for calls in (5, [{"function": {"name": 7, "arguments": "{}"}}]):
+        completion = {"choices": [{"message": {"content": "hi", "tool_calls": calls}}]}
+        message = whole(completion, "m", message_id="msg_1")
+        assert message["content"] == [{"type": "text", "text": "hi"}]
+        assert message["stop_reason"] == "end_turn"
+    call = {"id": "c", "function": {"name": "f", "arguments": 5}}
+    completion = {"choices": [{"message": {"tool_calls": [call]}}]}
+    assert whole(completion, "m")["content"][0]["input"] == {}
+
+
+def test_usage_counts_that_are_negative_booleans_or_strings_are_zero() -> None:
+    usage = {"prompt_tokens": -5, "completion_tokens": True, "prompt_tokens_details": {}}
+    events = run([{**chunk({"content": "hi"}, finish="stop"), "usage": usage}])
+    assert events[-2]["usage"] == {"input_tokens": 0, "output_tokens": 0}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import orjson
+import pytest
 
 from proxy.wire import json_codec
 
@@ -26,3 +27,25 @@ def test_a_long_run_inside_a_string_reads_the_same() -> None:
 
 def test_dumps_writes_what_orjson_cannot() -> None:
     assert json_codec.dumps({"n": 2**70}) == b'{"n":1180591620717411303424}'
+
+
+def test_a_document_nested_as_deep_as_orjson_writes_reads_and_writes_back() -> None:
+    levels = json_codec.MAX_DEPTH
+    deepest = b"[" * levels + b"123456789012345678901234567890" + b"]" * levels
+    value = json_codec.loads(deepest)
+    assert json_codec.dumps({"echoed": value})  # one level more: the standard library writes it
+
+
+@pytest.mark.parametrize("levels", [json_codec.MAX_DEPTH + 1, 1010])
+def test_a_document_nested_deeper_is_refused_as_malformed(levels: int) -> None:
+    """orjson reads 1024 levels: one read and then written again (a front's event echoing a
+    request field, a store write) raised RecursionError or TypeError, a 500 on every door."""
+    with pytest.raises(json_codec.JSONDecodeError, match="nested deeper than 254 levels"):
+        json_codec.loads(b"[" * levels + b"]" * levels)
+    with pytest.raises(json_codec.JSONDecodeError):
+        json_codec.loads(b'{"a": ' + b"[" * levels + b"1" * 25 + b"]" * levels + b"}")
+
+
+def test_brackets_inside_strings_are_no_nesting() -> None:
+    text = b'{"a": "' + b"[" * 600 + b"{" * 600 + b'"}'
+    assert json_codec.loads(text) == {"a": "[" * 600 + "{" * 600}

@@ -45,18 +45,18 @@ def usage_of(usage: Any) -> dict[str, int]:
     out = {"input_tokens": 0, "output_tokens": 0}
     if not isinstance(usage, dict):
         return out
-    prompt = usage.get("prompt_tokens")
-    completion = usage.get("completion_tokens")
     details = usage.get("prompt_tokens_details")
-    cached = details.get("cached_tokens") if isinstance(details, dict) else None
-    cached = cached if isinstance(cached, int) else 0
-    if isinstance(prompt, int):
-        out["input_tokens"] = max(prompt - cached, 0)
-    if isinstance(completion, int):
-        out["output_tokens"] = completion
+    cached = _count(details.get("cached_tokens")) if isinstance(details, dict) else 0
+    out["input_tokens"] = max(_count(usage.get("prompt_tokens")) - cached, 0)
+    out["output_tokens"] = _count(usage.get("completion_tokens"))
     if cached:
         out["cache_read_input_tokens"] = cached
     return out
+
+
+def _count(value: Any) -> int:
+    """A token count: a non-negative integer, else 0 (the upstream said nothing usable)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def error_message(body: Any) -> str:

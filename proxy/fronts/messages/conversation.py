@@ -16,6 +16,7 @@ from typing import Any
 
 from proxy.fronts.messages.anthropic_errors import MessagesError, string_at
 from proxy.fronts.messages.translated import ReadToken, Translated
+from proxy.fronts.quoted import quoted
 from proxy.wire import json_codec
 
 
@@ -89,7 +90,9 @@ def _user(content: Any, where: str, issued: set[str]) -> list[dict[str, Any]]:
         elif kind == "image":
             parts.append(_image(block.get("source"), here))
         else:
-            raise MessagesError(f"{here}: block type {kind!r} is not supported in a user turn")
+            raise MessagesError(
+                f"{here}: block type {quoted(kind)} is not supported in a user turn"
+            )
     out = list(tools)
     if parts:
         # One text block as a string (what every chat upstream takes); several stay parts.
@@ -117,7 +120,7 @@ def _tool_result(
     call_id = block.get("tool_use_id")
     if not isinstance(call_id, str) or call_id not in issued:
         raise MessagesError(
-            f"{where}: unexpected tool_use_id {call_id!r} in tool_result blocks: "
+            f"{where}: unexpected tool_use_id {quoted(call_id)} in tool_result blocks: "
             "each tool_result needs a tool_use block with that id in an earlier assistant turn"
         )
     texts: list[str] = []
@@ -128,7 +131,7 @@ def _tool_result(
         elif part["type"] == "image":
             images.append(_image(part.get("source"), f"{where}.content.{index}"))
         else:
-            raise MessagesError(f"{where}.content.{index}: {part['type']!r} is not supported")
+            raise MessagesError(f"{where}.content.{index}: {quoted(part['type'])} is not supported")
     text = "".join(texts)
     if block.get("is_error") is True:
         text = f"Error: {text}" if text else "Error"
@@ -162,7 +165,7 @@ def _assistant(
             out.count("thinking_signature_dropped")  # never issued by this proxy
         else:
             raise MessagesError(
-                f"{here}: block type {kind!r} is not supported in an assistant turn"
+                f"{here}: block type {quoted(kind)} is not supported in an assistant turn"
             )
     message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
     if calls:

@@ -155,7 +155,8 @@ class MessageEvents:
                 self._texts.append(text)
                 out += self._block("text", {"text": ""})
                 out.append(self._delta({"type": "text_delta", "text": text}))
-            for entry in delta.get("tool_calls") or ():
+            calls = delta.get("tool_calls")
+            for entry in calls if isinstance(calls, list) else ():
                 if isinstance(entry, dict):
                     self._calls.take(entry)
         if choice.get("finish_reason"):

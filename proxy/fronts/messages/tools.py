@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.fronts.messages.anthropic_errors import MessagesError, string_at
+from proxy.fronts.quoted import quoted
 
 TOOL_CHOICES = {"auto": "auto", "any": "required", "none": "none"}
 """Anthropic's tool_choice types that name no tool -> chat's."""
@@ -31,7 +32,7 @@ def map_tools(body: dict[str, Any], chat: dict[str, Any]) -> None:
         name = string_at(choice.get("name"), "tool_choice.name")
         chat["tool_choice"] = {"type": "function", "function": {"name": name}}
     else:
-        raise MessagesError(f"tool_choice.type: {kind!r} is not auto, any, tool or none")
+        raise MessagesError(f"tool_choice.type: {quoted(kind)} is not auto, any, tool or none")
     if choice.get("disable_parallel_tool_use") is True and chat.get("tools"):
         chat["parallel_tool_calls"] = False
 
@@ -42,7 +43,7 @@ def _tool(tool: Any, where: str) -> dict[str, Any]:
     if not isinstance(tool, dict):
         raise MessagesError(f"{where}: must be an object")
     if tool.get("type") not in (None, "custom"):
-        raise MessagesError(f"{where}.type: {tool.get('type')!r} runs on Anthropic's servers")
+        raise MessagesError(f"{where}.type: {quoted(tool.get('type'))} runs on Anthropic's servers")
     function: dict[str, Any] = {"name": string_at(tool.get("name"), f"{where}.name")}
     if isinstance(tool.get("description"), str):
         function["description"] = tool["description"]

@@ -48,17 +48,21 @@ def whole(
     if isinstance(text, str) and text:
         content.append({"type": "text", "text": text})
     called = False
-    for call in chat.get("tool_calls") or ():
+    calls = chat.get("tool_calls")
+    for call in calls if isinstance(calls, list) else ():
         function = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(function, dict) or not function.get("name"):
+        if not isinstance(function, dict):
             continue
-        arguments = input_object(function.get("arguments") or "{}")
+        name, given = function.get("name"), function.get("arguments")
+        if not isinstance(name, str) or not name:
+            continue
+        arguments = input_object(given) if isinstance(given, str) and given else None
         call_id = call.get("id") if isinstance(call.get("id"), str) else None
         content.append(
             {
                 "type": "tool_use",
                 "id": tool_use_id(call_id),
-                "name": function["name"],
+                "name": name,
                 "input": arguments if arguments is not None else {},
             }
         )

@@ -45,8 +45,11 @@ def chat_tools(tools: Any, translation: Translation) -> list[dict[str, Any]]:
         if kind == "function":
             out.append(_function(tool, tool.get("name"), f"tools[{position}]"))
         elif kind == "custom":
-            name = tool.get("name")
-            described = str(tool.get("description") or "") + _grammar_note(tool.get("format"))
+            name = _name(tool.get("name"), f"tools[{position}].name")
+            description = tool.get("description") or ""
+            if not isinstance(description, str):
+                raise invalid(f"tools[{position}].description", "must be a string")
+            described = description + _grammar_note(tool.get("format"))
             out.append(
                 {
                     "type": "function",
@@ -66,17 +69,19 @@ def chat_tools(tools: Any, translation: Translation) -> list[dict[str, Any]]:
                     },
                 }
             )
-            custom.add(str(name))
+            custom.add(name)
             translation.count("responses_custom_tool")
         elif kind == "namespace":
-            namespace = tool.get("name")
+            namespace = _name(tool.get("name"), f"tools[{position}].name")
             inner = tool.get("tools") or tool.get("functions") or []
-            for member in inner if isinstance(inner, list) else ():
+            for place, member in enumerate(inner if isinstance(inner, list) else ()):
                 if not isinstance(member, dict):
                     continue
-                flat = f"{namespace}{NAMESPACE_SEPARATOR}{member.get('name')}"
-                out.append(_function(member, flat, f"tools[{position}]"))
-                translation.namespaced[flat] = (str(namespace), str(member.get("name")))
+                where = f"tools[{position}].tools[{place}]"
+                name = _name(member.get("name"), f"{where}.name")
+                flat = f"{namespace}{NAMESPACE_SEPARATOR}{name}"
+                out.append(_function(member, flat, where))
+                translation.namespaced[flat] = (namespace, name)
             translation.count("responses_namespace_tool")
         else:  # a hosted tool (HOSTED_TOOLS) or one this bridge does not know
             translation.count("responses_hosted_tool_dropped")
@@ -91,15 +96,24 @@ def _grammar_note(fmt: Any) -> str:
     definition = fmt.get("definition")
     if not isinstance(definition, str) or not definition:
         return ""
-    syntax = fmt.get("syntax") or "grammar"
+    syntax = fmt.get("syntax")
+    syntax = syntax if isinstance(syntax, str) and syntax else "grammar"
     return f"\n\nThe input must follow this {syntax} grammar:\n{definition}"
 
 
-def _function(tool: dict[str, Any], name: Any, where: str) -> dict[str, Any]:
+def _name(name: Any, where: str) -> str:
+    """A tool's (or namespace's) name: the events name calls back by it, so a string."""
     if not isinstance(name, str) or not name:
-        raise invalid(f"{where}.name", "required")
-    function: dict[str, Any] = {"name": name}
+        raise invalid(where, "required, a string")
+    return name
+
+
+def _function(tool: dict[str, Any], name: Any, where: str) -> dict[str, Any]:
+    function: dict[str, Any] = {"name": _name(name, f"{where}.name")}
     if tool.get("description"):
         function["description"] = tool["description"]
-    function["parameters"] = tool.get("parameters") or {"type": "object", "properties": {}}
+    parameters = tool.get("parameters")
+    if parameters is not None and not isinstance(parameters, dict):
+        raise invalid(f"{where}.parameters", "must be a JSON schema object")
+    function["parameters"] = parameters or {"type": "object", "properties": {}}
     return {"type": "function", "function": function}

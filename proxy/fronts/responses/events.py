@@ -136,7 +136,8 @@ class ResponsesEvents:
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             self.usage = usage
-        for choice in chunk.get("choices") or ():
+        choices = chunk.get("choices")
+        for choice in choices if isinstance(choices, list) else ():
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
             delta = choice.get("delta") or choice.get("message") or {}
@@ -185,15 +186,18 @@ class ResponsesEvents:
         out: list[bytes] = []
         position = call.get("index")
         position = position if isinstance(position, int) else len(self._calls)
-        function = call.get("function") or {}
+        function = call.get("function")
+        function = function if isinstance(function, dict) else {}
         item = self._calls.get(position)
         if item is None or not item.open:
             out += self._close_current()
-            name = str(function.get("name") or "")
+            name = function.get("name")
+            name = name if isinstance(name, str) else ""
             custom = name in self.translation.custom_tools
             item = self._open(CUSTOM_TOOL_CALL if custom else FUNCTION_CALL)
             item.chat_index = position
-            item.call_id = str(call.get("id") or new_id("call_"))
+            call_id = call.get("id")
+            item.call_id = call_id if isinstance(call_id, str) and call_id else new_id("call_")
             item.name, item.namespace = name, None
             if name in self.translation.namespaced:
                 item.namespace, item.name = self.translation.namespaced[name]

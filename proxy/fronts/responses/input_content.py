@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
+from proxy.fronts.quoted import quoted
 from proxy.fronts.responses.openai_errors import invalid
+from proxy.wire import json_codec
 
 
 def chat_content(content: Any, where: str) -> str | list[dict[str, Any]]:
@@ -18,25 +18,37 @@ def chat_content(content: Any, where: str) -> str | list[dict[str, Any]]:
     if not isinstance(content, list):
         raise invalid(f"{where}.content", "must be a string or a list of parts")
     parts: list[dict[str, Any]] = []
-    for part in content:
+    for index, part in enumerate(content):
+        here = f"{where}.content[{index}]"
         if not isinstance(part, dict):
-            continue
+            raise invalid(here, "must be an object")
         kind = part.get("type")
         if kind in ("input_text", "output_text", "text"):
-            parts.append({"type": "text", "text": str(part.get("text") or "")})
+            parts.append({"type": "text", "text": _text(part.get("text"), f"{here}.text")})
         elif kind == "refusal":
-            parts.append({"type": "text", "text": str(part.get("refusal") or "")})
+            parts.append({"type": "text", "text": _text(part.get("refusal"), f"{here}.refusal")})
         elif kind == "input_image":
             url = part.get("image_url") or part.get("file_id")
+            if not isinstance(url, str):
+                raise invalid(f"{here}.image_url", "an input_image needs its image_url or file_id")
             image: dict[str, Any] = {"url": url}
             if part.get("detail") in ("low", "high"):
                 image["detail"] = part["detail"]
             parts.append({"type": "image_url", "image_url": image})
         else:
-            raise invalid(f"{where}.content", f"content parts of type {kind!r} are not supported")
+            raise invalid(f"{here}.type", f"content parts of type {quoted(kind)} are not supported")
     if all(part["type"] == "text" for part in parts) and len(parts) <= 1:
         return parts[0]["text"] if parts else ""
     return parts
+
+
+def _text(text: Any, where: str) -> str:
+    """A part's text: a string (absent or null is empty)."""
+    if text is None:
+        return ""
+    if not isinstance(text, str):
+        raise invalid(where, "must be a string")
+    return text
 
 
 def joined_text(parts: list[dict[str, Any]]) -> str:
@@ -58,4 +70,4 @@ def output_text(output: Any) -> str:
 
 
 def json_text(value: Any) -> str:
-    return orjson.dumps(value).decode()
+    return json_codec.dumps(value).decode()

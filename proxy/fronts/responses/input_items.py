@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from proxy.fronts.quoted import quoted
 from proxy.fronts.receipt_tokens import read as read_token
 from proxy.fronts.responses.input_content import chat_content, joined_text, json_text, output_text
 from proxy.fronts.responses.openai_errors import FrontError, invalid
@@ -73,12 +74,12 @@ class _Folder:
         elif kind == "reasoning":
             self._reasoning(item)
         else:
-            raise invalid(f"{where}.type", f"input items of type {kind!r} are not supported")
+            raise invalid(f"{where}.type", f"input items of type {quoted(kind)} are not supported")
 
     def _message(self, item: Item, where: str) -> None:
         role = item.get("role")
         if role not in ("user", "system", "developer", "assistant"):
-            raise invalid(f"{where}.role", f"unknown role {role!r}")
+            raise invalid(f"{where}.role", f"unknown role {quoted(role)}")
         content = chat_content(item.get("content"), where)
         if role == "assistant":
             message = self.open_assistant()
@@ -143,7 +144,10 @@ async def input_messages(input_: Any, lookups: Lookups, translation: Translation
         if not isinstance(item, dict):
             raise invalid(where, "must be an object")
         if item.get("type") == "item_reference":
-            resolved = found.get(item.get("id"))  # type: ignore[arg-type]
+            item_id = item.get("id")
+            if not isinstance(item_id, str):
+                raise invalid(f"{where}.id", "required, a string")
+            resolved = found.get(item_id)
             if resolved is None:
                 raise FrontError(
                     400, f"Item with id '{item.get('id')}' not found.", "item_not_found", where

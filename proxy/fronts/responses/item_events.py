@@ -11,9 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import orjson
-
 from proxy.fronts.responses.output_items import Item, Shaped
+from proxy.wire import json_codec
 
 
 class EventWriter:
@@ -28,7 +27,7 @@ class EventWriter:
     def _encoded(self, event: dict[str, Any]) -> bytes:
         self._sequence += 1
         kind: str = event["type"]
-        return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
+        return b"event: " + kind.encode() + b"\ndata: " + json_codec.dumps(event) + b"\n\n"
 
     # ── one output item ─────────────────────────────────────────────────────
 

@@ -23,6 +23,15 @@ def openai_error(
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
+def completed_error(body: Any) -> dict[str, Any] | None:
+    """The proxy's own error body (keys, limits, an unreachable upstream: `{"error": {message,
+    type, code}}`) with every field of OpenAI's, `param` null; None for any other body."""
+    error = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(error, dict):
+        return None
+    return {"error": {"message": "", "type": "server_error", "param": None, "code": None, **error}}
+
+
 def unsupported(param: str, why: str) -> FrontError:
     return FrontError(400, f"{param}: {why}", "unsupported_parameter", param)
 

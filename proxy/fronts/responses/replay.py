@@ -21,6 +21,7 @@ from proxy.fronts.rendering import Rendering
 from proxy.fronts.responses.events import CLEAN, ResponsesEvents, completion_chunk, new_id
 from proxy.fronts.responses.request import Translation, chat_tools
 from proxy.fronts.translator import Translator
+from proxy.wire import json_codec
 from proxy.wire.sse import SSEDecoder
 
 _STREAM_START = b"event: response.created"
@@ -123,5 +124,5 @@ def without_keepalives(client_body: bytes) -> bytes:
     for sequence, event in enumerate(kept):
         event["sequence_number"] = sequence
         kind = str(event.get("type"))
-        out.append(b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n")
+        out.append(b"event: " + kind.encode() + b"\ndata: " + json_codec.dumps(event) + b"\n\n")
     return b"".join(out)

@@ -77,7 +77,9 @@ async def translate(body: dict[str, Any], lookups: Lookups) -> Translation:
     messages: list[Message] = []
     previous = body.get("previous_response_id")
     if previous is not None:
-        stored = await lookups.transcript(previous) if isinstance(previous, str) else None
+        if not isinstance(previous, str):
+            raise invalid("previous_response_id", "must be a string")
+        stored = await lookups.transcript(previous)
         if stored is None:
             raise FrontError(
                 400,

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.fronts.quoted import quoted
 from proxy.fronts.responses.chat_tools import HOSTED_TOOLS
 from proxy.fronts.responses.openai_errors import invalid, unsupported
 from proxy.fronts.responses.translation import NAMESPACE_SEPARATOR, Translation
@@ -104,6 +105,10 @@ def map_parameters(
             chat["response_format"] = {"type": "json_schema", "json_schema": schema}
 
 
+ALLOWED_TOOLS_MODES = ("auto", "required")
+"""What an `allowed_tools` choice may say (OpenAI's): chat's tool_choice of the same name."""
+
+
 def _tool_choice(choice: Any, chat: dict[str, Any], translation: Translation) -> Any:
     if choice is None or isinstance(choice, str):
         return choice
@@ -112,14 +117,28 @@ def _tool_choice(choice: Any, chat: dict[str, Any], translation: Translation) ->
     kind = choice.get("type")
     if kind in ("function", "custom"):
         name = choice.get("name")
+        if not isinstance(name, str) or not name:
+            raise invalid("tool_choice.name", "required, a string")
         namespace = choice.get("namespace")
-        if isinstance(namespace, str) and namespace:
+        if namespace is not None and not isinstance(namespace, str):
+            raise invalid("tool_choice.namespace", "must be a string")
+        if namespace:
             name = f"{namespace}{NAMESPACE_SEPARATOR}{name}"
         return {"type": "function", "function": {"name": name}}
     if kind == "allowed_tools":
-        allowed = {t.get("name") for t in choice.get("tools") or () if isinstance(t, dict)}
+        listed = choice.get("tools")
+        if listed is not None and not isinstance(listed, list):
+            raise invalid("tool_choice.tools", "must be a list of tools")
+        allowed = {
+            t["name"]
+            for t in listed or ()
+            if isinstance(t, dict) and isinstance(t.get("name"), str)
+        }
         tools = chat.get("tools")
         if tools and allowed:
             chat["tools"] = [t for t in tools if t["function"]["name"] in allowed] or tools
-        return choice.get("mode") or "auto"
-    raise invalid("tool_choice", f"unknown tool_choice type {kind!r}")
+        mode = choice.get("mode")
+        if mode is not None and mode not in ALLOWED_TOOLS_MODES:
+            raise invalid("tool_choice.mode", "must be 'auto' or 'required'")
+        return mode or "auto"
+    raise invalid("tool_choice", f"unknown tool_choice type {quoted(kind)}")

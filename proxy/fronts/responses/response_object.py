@@ -78,8 +78,8 @@ def usage_of(usage: dict[str, Any] | None) -> dict[str, Any] | None:
         return None
     prompt = _int(usage.get("prompt_tokens"))
     completion = _int(usage.get("completion_tokens"))
-    prompt_details = usage.get("prompt_tokens_details") or {}
-    completion_details = usage.get("completion_tokens_details") or {}
+    prompt_details = _object(usage.get("prompt_tokens_details"))
+    completion_details = _object(usage.get("completion_tokens_details"))
     return {
         "input_tokens": prompt,
         "input_tokens_details": {"cached_tokens": _int(prompt_details.get("cached_tokens"))},
@@ -92,7 +92,12 @@ def usage_of(usage: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+    """A count: a non-negative integer, else 0 (the upstream said nothing usable)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def error_of(end: End) -> dict[str, Any]:

@@ -21,9 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from proxy.fronts.turns import TurnStore
+from proxy.wire import json_codec
 
 MAX_TRANSCRIPT_BYTES = 8 * 1_048_576
 
@@ -65,7 +64,7 @@ def records(
 ) -> dict[str, dict[str, Any]]:
     """The records a stored response adds beside its turn (unscoped keys)."""
     out: dict[str, dict[str, Any]] = {}
-    if transcript is not None and len(orjson.dumps(transcript)) <= MAX_TRANSCRIPT_BYTES:
+    if transcript is not None and len(json_codec.dumps(transcript)) <= MAX_TRANSCRIPT_BYTES:
         out[f"resp:{response_id}"] = {"messages": transcript}
     for item in items:
         if isinstance(item.get("id"), str):

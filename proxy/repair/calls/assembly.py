@@ -14,6 +14,7 @@ from typing import Any, TypeGuard
 
 import orjson
 
+from proxy.wire import json_codec
 from proxy.wire.json_shapes import integer, objects_in
 from proxy.wire.limits import LimitExceeded
 
@@ -92,7 +93,7 @@ class ToolCall:
             arguments = function.get("arguments")
             if isinstance(arguments, dict):
                 # Some servers send the arguments object itself; the client needs the string.
-                arguments = orjson.dumps(arguments).decode()
+                arguments = json_codec.dumps(arguments).decode()
                 self.stringified = True
             if isinstance(arguments, str) and arguments:
                 self.fragments.append(arguments)

@@ -12,9 +12,8 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-import orjson
-
 from proxy.repair.receipts.store import Receipt
+from proxy.wire import json_codec
 
 # What one memory-store entry holds beyond its key and value objects: the (expiry, value, size)
 # tuple, the float, the int, and its share of the OrderedDict (hash slot, order node, spare
@@ -62,7 +61,7 @@ class MemoryStore:
                 self._drop(key)
                 continue
             self._entries.move_to_end(key)
-            found[key] = orjson.loads(value)
+            found[key] = json_codec.loads(value)
         return found
 
     async def put_many(self, items: dict[str, Receipt]) -> bool:
@@ -75,8 +74,9 @@ class MemoryStore:
             if key in self._entries:
                 self._drop(key)
             # A copy: orjson's own result keeps the buffer it grew while writing, up to ten
-            # times the bytes it holds (sys.getsizeof does not see that spare room).
-            encoded = bytes(memoryview(orjson.dumps(value)))
+            # times the bytes it holds (sys.getsizeof does not see that spare room). Written
+            # by json_codec: a receipt may hold an integer orjson cannot write.
+            encoded = bytes(memoryview(json_codec.dumps(value)))
             size = entry_bytes(key, encoded)
             self._entries[key] = (expires, encoded, size)
             self.total_bytes += size

@@ -11,10 +11,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import orjson
-
 from proxy.repair.receipts.redis_connection import RedisConnection, RedisOptions
 from proxy.repair.receipts.store import Receipt
+from proxy.wire import json_codec
 
 logger = logging.getLogger(__name__)
 
@@ -67,8 +66,8 @@ class RedisStore:
         for key, value in zip(keys, values, strict=True):
             if value is not None:
                 try:
-                    found[key] = orjson.loads(value)
-                except orjson.JSONDecodeError:
+                    found[key] = json_codec.loads(value)
+                except json_codec.JSONDecodeError:
                     logger.warning("receipt store: unreadable value under %s", key)
         return found
 
@@ -77,7 +76,7 @@ class RedisStore:
             return True
         if not self._health.may_try():
             return False
-        encoded = {self._prefix + key: orjson.dumps(value) for key, value in items.items()}
+        encoded = {self._prefix + key: json_codec.dumps(value) for key, value in items.items()}
         try:
             await self._connection.write(encoded, self._ttl)
         except self._connection.failures as exc:

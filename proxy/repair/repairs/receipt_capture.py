@@ -6,8 +6,6 @@ import asyncio
 from collections import defaultdict
 from typing import Any
 
-import orjson
-
 from proxy.repair.chunks import choice_index, choices_of
 from proxy.repair.forwarded import Forwarded
 from proxy.repair.pipeline import Chunk, Link
@@ -16,6 +14,7 @@ from proxy.repair.receipts import injection
 from proxy.repair.receipts.capture import FieldBuilder
 from proxy.repair.receipts.store import MAX_VALUE_BYTES, ReceiptStore
 from proxy.repair.tally import Tally
+from proxy.wire import json_codec
 from proxy.wire.json_paths import get_path, set_path
 
 
@@ -128,7 +127,7 @@ class ReceiptCapture(Link):
         cancel the write (its follow-up may still come from elsewhere)."""
         kept = {}
         for key, receipt in items.items():
-            if len(orjson.dumps(receipt)) > self._max_value_bytes:
+            if len(json_codec.dumps(receipt)) > self._max_value_bytes:
                 self._tally.note("receipt_too_large", "not storing an oversized receipt")
                 continue
             kept[self._scope.key(key)] = receipt

@@ -463,3 +463,69 @@ def test_whole_turns_a_completion_into_the_response_object() -> None:
     ]
     assert response["output"][2]["call_id"] == "call_1"
     assert response["usage"]["total_tokens"] == 15
+
+
+# ── hostile chunks (tests/fronts/test_hostile_upstream.py found these) ──────
+
+
+@pytest.mark.parametrize("function", ["get_weather", ["get_weather"], 1.5, None])
+def test_a_call_whose_function_is_not_an_object_is_still_an_item(function: Any) -> None:
+    """`function.get` raised AttributeError on a list, a float or a string (the stream ended
+    without its terminal event)."""
+    piece = {"index": 0, "id": ["call_1"], "function": function}
+    _, events = run([delta(tool_calls=[piece]), delta(finish="tool_calls")])
+    check_invariants(events)
+    item = events[-1]["response"]["output"][0]
+    assert item["type"] == "function_call" and item["name"] == ""
+    assert item["call_id"].startswith("call_")  # a new id: a list is not one
+
+
+@pytest.mark.parametrize("choices", [5, "abc", {"index": 0}])
+def test_choices_that_are_not_a_list_say_nothing(choices: Any) -> None:
+    _, events = run([{"choices": choices}, delta(content="hi"), delta(finish="stop")])
+    check_invariants(events)
+    assert events[-1]["response"]["output"][0]["content"][0]["text"] == "hi"
+
+
+@pytest.mark.parametrize("message", [True, 9223372036854775808, "hello", ["content"]], ids=str)
+def test_a_whole_answer_whose_message_is_not_an_object_has_no_output(message: Any) -> None:
+    """`dict(message)` raised TypeError (a 500) on a boolean or a number."""
+    completion = {"choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
+    answer = whole(ResponsesEvents(translation(), {"model": "m"}), completion)
+    assert answer["status"] == "completed" and answer["output"] == []
+
+
+def test_usage_details_that_are_not_objects_and_negative_counts_are_zero() -> None:
+    """`.get` raised AttributeError on a list of details; a negative count went out as one."""
+    usage = {
+        "prompt_tokens": -5,
+        "completion_tokens": "5",
+        "total_tokens": -1,
+        "prompt_tokens_details": [2],
+        "completion_tokens_details": "3",
+    }
+    _, events = run([delta(content="hi"), delta(finish="stop", usage=usage)])
+    assert events[-1]["response"]["usage"] == {
+        "input_tokens": 0,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": 0,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": 0,
+    }
+
+
+def test_an_integer_past_64_bits_in_usage_or_a_receipt_is_written_exactly() -> None:
+    """orjson cannot write such an integer: the terminal event raised TypeError, and the
+    stream went out without it."""
+    usage = {**USAGE, "prompt_tokens": 2**70}
+    signature = {"google": {"thought_signature": 2**70}}
+    events_, events = run(
+        [
+            delta(tool_calls=[call(0, "call_1", "f", "{}", extra_content=signature)]),
+            delta(finish="tool_calls", usage=usage),
+        ]
+    )
+    check_invariants(events)
+    assert events[-1]["response"]["usage"]["input_tokens"] == 2**70
+    turn = events_.turn()
+    assert turn is not None and turn["tool_calls"][0]["extra_content"] == signature

@@ -445,3 +445,108 @@ def test_a_type_that_is_not_a_string_is_a_400_naming_it(body: dict[str, Any], pa
 def test_a_forced_tool_choice_whose_type_is_not_a_string_is_a_400() -> None:
     error = refused({"model": "m", "input": "hi", "tool_choice": {"type": ["web_search"]}})
     assert error.status == 400
+
+
+# ── hostile requests (tests/fronts/test_hostile_requests.py found these) ────
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        # an allowed_tools mode that is an object went upstream as chat's tool_choice
+        (
+            {
+                "tools": [{"type": "function", "name": "f"}],
+                "tool_choice": {"type": "allowed_tools", "tools": [{"name": "f"}], "mode": {}},
+            },
+            "tool_choice.mode",
+        ),
+        # allowed_tools' tools a number: iterated, TypeError
+        (
+            {
+                "tools": [{"type": "function", "name": "f"}],
+                "tool_choice": {"type": "allowed_tools", "tools": 5},
+            },
+            "tool_choice.tools",
+        ),
+        # a forced function without a name went upstream as {"name": null}
+        (
+            {"tools": [{"type": "function", "name": "f"}], "tool_choice": {"type": "function"}},
+            "tool_choice.name",
+        ),
+        # a custom tool named by a list went upstream, and broke allowed_tools
+        ({"tools": [{"type": "custom", "name": ["apply_patch"]}]}, "tools[0].name"),
+        ({"tools": [{"type": "custom", "name": "p", "description": [1]}]}, "tools[0].description"),
+        # a namespace without a name flattened its members to "None__search"
+        ({"tools": [{"type": "namespace", "tools": [{"name": "search"}]}]}, "tools[0].name"),
+        (
+            {"tools": [{"type": "namespace", "name": "docs", "tools": [{"type": "function"}]}]},
+            "tools[0].tools[0].name",
+        ),
+        ({"tools": [{"type": "function", "name": "f", "parameters": "{}"}]}, "tools[0].parameters"),
+        # an item_reference id that is a list: a dict lookup raised TypeError (a 500)
+        ({"input": [{"type": "item_reference", "id": ["msg_1"]}]}, "input[0].id"),
+        ({"input": [{"type": "item_reference", "id": {"a": 1}}]}, "input[0].id"),
+        # an input_image whose url is a number went upstream and into the stored transcript,
+        # where an integer past 64 bits broke the store write
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": 2**70}]}]},
+            "input[0].content[0].image_url",
+        ),
+        # a text part's text was str()-ed ("{'a': 1}" went upstream)
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_text", "text": {"a": 1}}]}]},
+            "input[0].content[0].text",
+        ),
+        # a part that is not an object was dropped without a word
+        ({"input": [{"role": "user", "content": ["hi"]}]}, "input[0].content[0]"),
+        ({"input": "hi", "previous_response_id": ["resp_1"]}, "previous_response_id"),
+    ],
+)
+def test_a_malformed_field_is_a_400_naming_it(body: dict[str, Any], param: str) -> None:
+    error = refused({"model": "m", "input": "hi", **body})
+    assert error.status == 400
+    assert error.body["error"]["param"] == param
+    assert error.body["error"]["code"] == "invalid_value"
+
+
+def test_an_allowed_tools_choice_keeps_the_named_tools_and_its_mode() -> None:
+    chat = run(
+        {
+            "model": "m",
+            "input": "hi",
+            "tools": [{"type": "function", "name": "f"}, {"type": "function", "name": "g"}],
+            "tool_choice": {"type": "allowed_tools", "mode": "required", "tools": [{"name": "g"}]},
+        }
+    ).chat
+    assert [tool["function"]["name"] for tool in chat["tools"]] == ["g"]
+    assert chat["tool_choice"] == "required"
+
+
+def test_an_allowed_tool_named_by_a_list_is_no_name() -> None:
+    """A set of the names raised TypeError (unhashable: a 500); such an entry names nothing."""
+    chat = run(
+        {
+            "model": "m",
+            "input": "hi",
+            "tools": [{"type": "function", "name": "f"}],
+            "tool_choice": {"type": "allowed_tools", "tools": [{"name": ["f"]}]},
+        }
+    ).chat
+    assert [tool["function"]["name"] for tool in chat["tools"]] == ["f"]
+    assert chat["tool_choice"] == "auto"
+
+
+def test_a_refusal_quotes_a_long_value_short() -> None:
+    """A 70 kB role was repeated whole in the error; a nested one was repr()-ed whole."""
+    error = refused({"model": "m", "input": [{"role": "x" * 70_000, "content": "hi"}]})
+    assert len(error.body["error"]["message"]) < 200
+    error = refused({"model": "m", "input": [{"role": [[[1]]], "content": "hi"}]})
+    assert error.body["error"]["message"] == "input[0].role: unknown role an array"
+
+
+def test_call_arguments_given_as_an_object_keep_an_integer_past_64_bits() -> None:
+    """orjson cannot write such an integer: the arguments' text raised TypeError (a 500)."""
+    call = {"type": "function_call", "call_id": "c", "name": "f", "arguments": {"n": 2**70}}
+    chat = run({"model": "m", "input": [call]}).chat
+    assert chat["messages"][0]["tool_calls"][0]["function"]["arguments"] == f'{{"n":{2**70}}}'

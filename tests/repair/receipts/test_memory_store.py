@@ -51,6 +51,15 @@ async def test_memory_round_trip_returns_only_found_keys() -> None:
     assert len(store) == 2
 
 
+async def test_memory_keeps_an_integer_past_64_bits_exactly() -> None:
+    """An upstream's receipt may hold one: orjson cannot write it, and the write raised
+    TypeError, failing the answer that kept it (a front's stream ended without its terminal)."""
+    store = MemoryStore(max_entries=10, ttl_seconds=60)
+    items = {"t:u:turn:resp_1": {"message": {"extra_content": {"n": 2**70}, "x": 1.5}}}
+    assert await store.put_many(items) is True
+    assert await store.get_many(list(items)) == items
+
+
 async def test_memory_put_replaces_a_value() -> None:
     store = MemoryStore(max_entries=10, ttl_seconds=60)
     await store.put_many({"k": receipt("old")})

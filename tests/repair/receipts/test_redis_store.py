@@ -67,6 +67,18 @@ async def test_redis_round_trip_stores_json_under_the_prefix(redis_server: Redis
         assert sorted(client.keys("*")) == sorted(f"sfx-test:{k}".encode() for k in items)
 
 
+async def test_redis_keeps_an_integer_past_64_bits_exactly(redis_server: RedisServer) -> None:
+    """An upstream's receipt may hold one (a signature, a `reasoning_details` index): orjson
+    cannot write it, and the write raised TypeError, failing the answer that kept it."""
+    store = opened(redis_server.url)
+    try:
+        items = {"t:u:turn:resp_1": {"message": {"extra_content": {"n": 2**70}, "x": 1.5}}}
+        assert await store.put_many(items) is True
+        assert await store.get_many(list(items)) == items
+    finally:
+        await store.aclose()
+
+
 async def test_redis_default_prefix_is_streamfix(redis_server: RedisServer) -> None:
     store = opened(redis_server.url, 60)
     try:
