@@ -46,12 +46,11 @@ def loads(raw: bytes | str) -> Any:
 
 
 def _nested_too_deep(data: bytes, value: Any) -> bool:
-    """Whether orjson could not write `value` (read from `data`) back. Only a document with more
-    opening brackets than `MAX_DEPTH` can nest that deep: a length and two C-speed counts rule
-    it out for almost every one (every stream event, most requests); the others are asked of
-    orjson (about 0.3 ms a megabyte). orjson read any integer past 64 bits as a float, so
-    depth is all it can refuse."""
-    if len(data) <= 2 * MAX_DEPTH or data.count(b"[") + data.count(b"{") <= MAX_DEPTH:
+    """Whether orjson could not write `value` (read from `data`) back. A document shorter than
+    twice `MAX_DEPTH` cannot nest that deep (every stream event); any other is asked of orjson,
+    which writes about 2.5 GB/s, faster than counting its brackets would be (bytes.count,
+    twice). orjson read any integer past 64 bits as a float, so depth is all it can refuse."""
+    if len(data) <= 2 * MAX_DEPTH:
         return False
     try:
         orjson.dumps(value)
