@@ -31,6 +31,7 @@ from proxy.server.chat_request import model_of, parse_chat_request, read_body
 from proxy.server.delivery import relay, repaired_json, repaired_sse, repairs_header
 from proxy.server.delivery_mode import Mode, delivery_mode
 from proxy.server.errors import ClientError, error_response
+from proxy.server.gc_tuning import FrozenHeap
 from proxy.server.logs import log_exchange, log_learned, quiet_client_loggers
 from proxy.server.metrics import CONTENT_TYPE, Metrics
 from proxy.server.paths import UnsafePath, checked_relative
@@ -101,11 +102,14 @@ class Proxy:
                 "kept nor put back until it answers",
                 masked_url(self.settings.receipts.store),
             )
+        heap = FrozenHeap.start() if self.settings.server.gc_freeze else None
         self.started = True
         try:
             yield
         finally:
             self.started = False
+            if heap is not None:
+                heap.stop()
             await self.transport.aclose()
             await self.store.aclose()
             await self.refusals.aclose()
