@@ -144,7 +144,8 @@ def run_case(case: Case, variant: Variant | None, work: Path) -> dict[str, Any]:
         result["clients_missing"] = sum(not o.exists() for o in outputs)
         result["cpu_split"] = cpu_split(meter.samples, began, result, case)
         if proxy is not None:
-            result["gc"] = gc_summary(proxy.gc_pauses(), began)
+            pauses, reports = proxy.gc_pauses()
+            result["gc"] = {**gc_summary(pauses, began), "probe_reports": reports}
     finally:
         for client in clients:
             stop(client)

@@ -44,14 +44,16 @@ class Proxy:
         """The pids that serve (the process itself, or its worker children)."""
         return _children(self.pid) or [self.pid]
 
-    def gc_pauses(self) -> list[tuple[float, int, float, int]]:
-        """(monotonic time, generation, seconds, collected) of every collection so far."""
-        found = []
+    def gc_pauses(self) -> tuple[list[tuple[float, int, float, int]], int]:
+        """(monotonic time, generation, seconds, collected) of every collection so far, and
+        how many reports the probe wrote (one a second: none means it is not running)."""
+        found, reports = [], 0
         for path in sorted(self.probe.glob("gc-*.jsonl")):
             for line in path.read_text().splitlines():
-                with_pauses = json.loads(line)
-                found += [tuple(p) for p in with_pauses["pauses"]]
-        return sorted(found)
+                report = json.loads(line)
+                reports += 1
+                found += [tuple(p) for p in report["pauses"]]
+        return sorted(found), reports
 
 
 def _children(pid: int) -> list[int]:

@@ -45,6 +45,8 @@ logger = logging.getLogger(__name__)
 
 FULL_EVERY_SECONDS = 300.0
 """Least time between two full collections of everything (the leftover cycles' bound)."""
+GROWTH = 2.0
+"""How much the allocated blocks grow before a full collection of everything is due."""
 CHECK_SECONDS = 10.0
 """How often the allocated blocks are counted (about 0.1 ms per 2 million)."""
 
@@ -65,7 +67,7 @@ class FrozenHeap:
         self._loop = loop
         self._baseline = sys.getallocatedblocks()
         self._last_full = time.monotonic()
-        self._timer: asyncio.TimerHandle | None = loop.call_later(CHECK_SECONDS, self._check)
+        self._timer: asyncio.TimerHandle | None = loop.call_later(CHECK_SECONDS, self._tick)
 
     @classmethod
     def start(cls) -> FrozenHeap:
@@ -87,14 +89,19 @@ class FrozenHeap:
             gc.callbacks.remove(_freeze_survivors)
             gc.unfreeze()  # the collector takes everything back as the oldest generation
 
-    def _check(self) -> None:
+    def check(self, full_every: float = FULL_EVERY_SECONDS, growth: float = GROWTH) -> None:
+        """The full collection of everything, when the allocated blocks have grown `growth`
+        times since the last one and `full_every` seconds have passed."""
         blocks = sys.getallocatedblocks()
         now = time.monotonic()
-        if blocks > 2 * self._baseline and now - self._last_full >= FULL_EVERY_SECONDS:
+        if blocks > growth * self._baseline and now - self._last_full >= full_every:
             self._collect_everything(blocks)
             self._last_full = time.monotonic()
             self._baseline = sys.getallocatedblocks()
-        self._timer = self._loop.call_later(CHECK_SECONDS, self._check)
+
+    def _tick(self) -> None:
+        self.check()
+        self._timer = self._loop.call_later(CHECK_SECONDS, self._tick)
 
     @staticmethod
     def _collect_everything(blocks: int) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import logging
 import resource
 import sys
-from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -24,9 +23,6 @@ logger = logging.getLogger(__name__)
 # connection may hold an upstream connection too, so start-up asks for twice max_connections
 # plus these.
 SPARE_FILES = 256
-SOMAXCONN = Path("/proc/sys/net/core/somaxconn")
-DEFAULT_BACKLOG = 4096
-"""The accept queue when the kernel's limit cannot be read (Linux's default since 5.4)."""
 
 
 class ProxyConfig(uvicorn.Config):
@@ -55,7 +51,7 @@ def uvicorn_config(app: Any, server: ServerSettings, log_level: str, **extra: An
         "timeout_keep_alive": server.keepalive_timeout_seconds,
         # uvicorn's 2048 dropped part of a burst of connections that the kernel would have
         # queued (each dropped one retried a second or more later).
-        "backlog": listen_backlog(server.backlog),
+        "backlog": server.backlog,
         # Not uvicorn's limit_concurrency: it counts connections too, but only refuses their
         # requests (in plain text), so idle connections past it would still be held.
     }
@@ -83,16 +79,6 @@ def run(config: ProxyConfig) -> None:
         pass
     if config.workers == 1 and not server.started:
         sys.exit(STARTUP_FAILURE)
-
-
-def listen_backlog(wanted: int) -> int:
-    """`server.backlog`, or for 0 the kernel's own limit: a larger one it silently caps."""
-    if wanted > 0:
-        return wanted
-    try:
-        return max(int(SOMAXCONN.read_text()), 128)
-    except (OSError, ValueError):
-        return DEFAULT_BACKLOG
 
 
 def allow_open_files(wanted: int) -> None:

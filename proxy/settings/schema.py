@@ -120,10 +120,10 @@ class ServerSettings:
     is closed."""
     keepalive_timeout_seconds: float = 5.0
     """An idle kept-alive connection is closed after this long without a new request."""
-    backlog: int = 0
-    """Connections the kernel queues for the proxy to accept; 0: as many as the kernel allows
-    (`net.core.somaxconn`). A connection attempt past a full queue is dropped, and the client
-    tries again only a second or more later."""
+    backlog: int = 65_535
+    """Connections the kernel queues for the proxy to accept; the kernel caps it at
+    `net.core.somaxconn` (4096 on Linux since 5.4). An attempt past a full queue is dropped,
+    and the client tries again only a second or more later."""
     gc_freeze: bool = True
     """Keep long-lived objects (the app, open streams, pooled connections) out of the cycle
     collector's walks, so that its pauses do not grow with the open streams
@@ -135,8 +135,6 @@ class ServerSettings:
         one_of("upstream_client", self.upstream_client, UPSTREAM_CLIENTS)
         if not 0 < self.port < 65536:
             raise ConfigError(f"port: must be between 1 and 65535, got {self.port}")
-        if self.backlog < 0:
-            raise ConfigError(f"backlog: must be 0 (the kernel's most) or more, got {self.backlog}")
 
 
 PROFILE_NAMES = ("auto", *PROFILES)

@@ -7,7 +7,7 @@ nothing unless CAPACITY_PROBE_DIR names a directory:
 - every collection's generation, duration and objects collected are kept (`gc.callbacks`), and
   a thread appends them to `<dir>/gc-<pid>.jsonl` once a second, with `gc.get_count()`;
 - SIGUSR1 writes `<dir>/objects-<pid>-<n>.json`: after a `gc.collect()`, the count of live
-  objects the collector tracks, by type, the number of tasks, and what that collection
+  objects the collector tracks (frozen ones too), by type, the number of tasks, and what that collection
   freed (`collected`: cyclic garbage); with CAPACITY_TRACEMALLOC=N
   (frames; tracing from start-up) also the tracemalloc snapshot as `<dir>/heap-<pid>-<n>.bin`;
 - CAPACITY_GC_DISABLE=1 turns the collector off (to compare with it on);
@@ -84,7 +84,12 @@ def _install(directory: str) -> None:
     def dump(signum: int, frame: object) -> None:
         dumps[0] += 1
         number = dumps[0]
+        # The proxy may keep long-lived objects frozen (server.gc_freeze): hand them back to
+        # the collector to count them (and the cycles among them), and freeze them again after.
+        frozen = gc.get_freeze_count() > 0
+        gc.unfreeze()
         collected = gc.collect()
+        gc.unfreeze()  # the proxy's hook froze the survivors of that collection
         garbage: dict[str, int] = {}
         for obj in gc.garbage:
             garbage[_name(obj)] = garbage.get(_name(obj), 0) + 1
@@ -104,6 +109,8 @@ def _install(directory: str) -> None:
         base = os.path.join(directory, f"{{}}-{os.getpid()}-{number}")
         if tracemalloc.is_tracing():
             tracemalloc.take_snapshot().dump(base.format("heap") + ".bin")
+        if frozen:
+            gc.freeze()
         with open(base.format("objects") + ".json", "w") as out:
             json.dump(
                 {
