@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from capacity import kept_alive, open_streams, report
 from capacity.open_streams import DESCRIPTORS_AT_REST, Case, Variant
-from capacity.processes import RESULTS, progress
+from capacity.processes import PINS, RESULTS, progress
 from perf.machine import machine
 
 PHASES = ("streams", "objects", "rate")
@@ -68,6 +68,12 @@ def arguments() -> argparse.Namespace:
         help="also a proxy with these settings, e.g. do-nothing:repairs.enabled=false",
     )
     parser.add_argument("--objects-streams", type=int, default=1000)
+    parser.add_argument(
+        "--pin",
+        choices=("on", "off"),
+        default="off",
+        help="the proxy on CPU 0, the upstream and clients on CPU 1 (with 2 or more CPUs)",
+    )
     parser.add_argument("--litellm-venv", default=os.environ.get("CAPACITY_LITELLM_VENV", ""))
     parser.add_argument("--output", default=str(RESULTS.parent / "capacity.json"))
     return parser.parse_args()
@@ -118,8 +124,11 @@ def parse_variant(text: str) -> Variant:
 def main() -> int:
     args = arguments()
     phases = args.phase or list(PHASES)
+    cpus = sorted(os.sched_getaffinity(0))
+    if args.pin == "on" and len(cpus) >= 2:
+        PINS["proxy"], PINS["others"] = {cpus[0]}, set(cpus[1:])
     RESULTS.mkdir(parents=True, exist_ok=True)
-    results: dict = {"machine": machine(), "argv": sys.argv[1:]}
+    results: dict = {"machine": machine(), "argv": sys.argv[1:], "pins": str(PINS)}
     began = time.monotonic()
     lines: list[str] = []
     if "streams" in phases:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 import tempfile
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perf_procs import start, stop
+from perf_procs import cpu_seconds, start, stop
 
 from .processes import (
     BENCH,
@@ -29,6 +30,8 @@ from .processes import (
     Meter,
     Proxy,
     loadavg,
+    machine_ticks,
+    pin,
     progress,
     quantile,
     start_proxy,
@@ -100,6 +103,8 @@ def run_case(case: Case, variant: Variant | None, work: Path) -> dict[str, Any]:
             time.sleep(0.5)
         meter = Meter(proxy.pid if proxy else fake.pid)
         meter.begin()
+        ticks = machine_ticks()
+        bench_cpu = [cpu_seconds(fake.pid)]
         began = time.monotonic()
         count = max(1, math.ceil(case.streams / PER_CLIENT))
         outputs = []
@@ -131,11 +136,25 @@ def run_case(case: Case, variant: Variant | None, work: Path) -> dict[str, Any]:
                     cwd=ROOT,
                 )
             )
+            pin(clients[-1].pid, "others")
         deadline = began + case.seconds() + 30
+        clients_cpu = dict.fromkeys(c.pid for c in clients)
         while any(c.poll() is None for c in clients) and time.monotonic() < deadline:
             meter.sample()
+            for client in clients:
+                seconds = cpu_seconds(client.pid)
+                if seconds:  # 0 once it has exited
+                    clients_cpu[client.pid] = seconds
             time.sleep(0.5)
         result["cpu_seconds"] = meter.cpu()
+        busy, total = machine_ticks()
+        elapsed = time.monotonic() - began
+        result["machine_busy"] = (busy - ticks[0]) / max(total - ticks[1], 1)
+        upstream_cpu = cpu_seconds(fake.pid) - bench_cpu[0]
+        ours = result["cpu_seconds"] if proxy else 0.0
+        ours += upstream_cpu + sum(v or 0.0 for v in clients_cpu.values())
+        cores = os.cpu_count() or 1
+        result["others_busy"] = max(0.0, result["machine_busy"] - ours / elapsed / cores)
         result["rss_idle"] = meter.rss_start
         result["rss_peak"] = meter.rss_peak
         result["seconds"] = time.monotonic() - began
@@ -263,6 +282,10 @@ def gc_summary(pauses: list[tuple[float, int, float, int]], since: float) -> dic
     return {
         "collections": [sum(1 for p in during if p[1] == g) for g in range(3)],
         "longest": max((p[2] for p in during), default=0.0),
+        "longest_by_generation": [
+            max((p[2] for p in during if p[1] == g), default=0.0) for g in range(3)
+        ],
+        "longest_five": sorted(((p[2], p[1]) for p in during), reverse=True)[:5],
         "full_longest": full[:3],
         "total_seconds": sum(p[2] for p in during),
     }

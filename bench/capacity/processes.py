@@ -4,6 +4,7 @@ from bench/perf_procs.py; the config file and readiness from bench/perf/servers.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -20,6 +21,26 @@ BENCH = Path(__file__).resolve().parents[1]
 ROOT = BENCH.parent
 RESULTS = BENCH / "results" / "capacity"
 PROBE = Path(__file__).resolve().parent / "probe"
+
+
+PINS: dict[str, set[int] | None] = {"proxy": None, "others": None}
+"""CPUs for the proxy and for the bench's other processes (`--pin`): on two cores, the proxy on
+one and the upstream and clients on the other, so that what the bench itself spends is not
+taken from the worker it measures. None: wherever the scheduler puts them."""
+
+
+def pin(pid: int, role: str) -> None:
+    cpus = PINS[role]
+    if cpus:
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(pid, cpus)
+
+
+def machine_ticks() -> tuple[int, int]:
+    """(busy, total) clock ticks of the whole machine since boot, from /proc/stat."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return sum(fields) - idle, sum(fields)
 
 
 def progress(message: str) -> None:
@@ -71,6 +92,7 @@ def start_upstream(script: str, log: Path) -> tuple[subprocess.Popen, int]:
         env=clean_env(),
         cwd=ROOT,
     )
+    pin(process.pid, "others")
     wait_ready(Target("upstream", port, process, "/health"), 20)
     return process, port
 
@@ -113,6 +135,7 @@ def start_proxy(
         **(env or {}),
     }
     process = start(command, RESULTS / "logs" / f"{name}.log", env=environ, cwd=ROOT)
+    pin(process.pid, "proxy")
     proxy = Proxy(name, port, process, probe, " ".join(["python", *command[1:]]))
     try:
         wait_ready(Target(name, port, process, "/healthz"), ready_seconds)

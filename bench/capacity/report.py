@@ -19,7 +19,7 @@ def streams_table(results: list[dict[str, Any]]) -> list[str]:
         f"{'case':<26} {'target':<18} {'errors':>6} {'RSS idle/peak MiB':>17} {'KiB/stream':>10} "
         f"{'CPU s':>6} {'ms/open µs/event':>16} {'lag p50/p99/max ms':>19} {'steady p99':>10} "
         f"{'head p50/p99 ms':>16} "
-        f"{'full GCs: longest ms':>22} {'load':>9}"
+        f"{'full GCs: longest ms':>22} {'busy/others':>11}"
     )
     out = [header, "-" * len(header)]
     for r in results:
@@ -46,7 +46,7 @@ def streams_table(results: list[dict[str, Any]]) -> list[str]:
             f"{ms(lag['p50']):>5} / {ms(lag['p99']):>4} / {ms(lag['max']):<5} "
             f"{ms(steady['p99']):>10} "
             f"{ms(heads['p50']):>6} / {ms(heads['p99']):<7} {pauses:>22} "
-            f"{r['load_start']:>4.1f}-{r['load_end']:.1f}"
+            f"{r['machine_busy'] * 100:>5.0f}/{r['others_busy'] * 100:<3.0f}%"
         )
         if r["errors"]:
             out.append(f"{'':<26} errors: {r['errors']}")
@@ -63,7 +63,8 @@ def streams_notes() -> list[str]:
         "µs/event: its CPU per event while every stream is open and none has ended.",
         "full GCs: the proxy's collections of the oldest generation during the case, and the "
         "longest; 'any': the longest collection of any generation (bench/capacity/probe).",
-        "load: the machine's 1-minute load average at the case's start and end (2 cores, shared).",
+        "busy/others: the machine's CPU use during the case (all cores), and the share of it no "
+        "process of the bench used: other work on the shared machine.",
     ]
 
 

@@ -7,9 +7,9 @@ nothing unless CAPACITY_PROBE_DIR names a directory:
 - every collection's generation, duration and objects collected are kept (`gc.callbacks`), and
   a thread appends them to `<dir>/gc-<pid>.jsonl` once a second, with `gc.get_count()`;
 - SIGUSR1 writes `<dir>/objects-<pid>-<n>.json`: after a `gc.collect()`, the count of live
-  objects the collector tracks (frozen ones too), by type, the number of tasks, and what that collection
-  freed (`collected`: cyclic garbage); with CAPACITY_TRACEMALLOC=N
-  (frames; tracing from start-up) also the tracemalloc snapshot as `<dir>/heap-<pid>-<n>.bin`;
+  objects the collector tracks (frozen ones too), by type, the number of tasks, and what that
+  collection freed (`collected`: cyclic garbage); with CAPACITY_TRACEMALLOC=N (frames; tracing
+  from start-up) also the tracemalloc snapshot as `<dir>/heap-<pid>-<n>.bin`;
 - CAPACITY_GC_DISABLE=1 turns the collector off (to compare with it on);
 - CAPACITY_GC_SAVEALL=1 keeps cyclic garbage for the next dump to name by type (`garbage`).
 """
