@@ -37,12 +37,13 @@ import os
 import resource
 import sys
 import time
+import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from capacity import kept_alive, open_streams, report
+from capacity import kept_alive, open_streams, rate, report
 from capacity.open_streams import DESCRIPTORS_AT_REST, Case, Variant
 from capacity.processes import PINS, RESULTS, progress
 from perf.machine import machine
@@ -88,7 +89,7 @@ def most_streams() -> int:
 def stream_cases(args: argparse.Namespace) -> tuple[list[Case], list[str]]:
     notes = []
     counts = args.streams or ([200] if args.quick else [1000, 5000, 10000])
-    events = 10 if args.quick and args.events == 30 else args.events
+    events = 5 if args.quick and args.events == 30 else args.events
     cases = []
     for wanted in counts:
         streams = min(wanted, most_streams())
@@ -121,6 +122,38 @@ def parse_variant(text: str) -> Variant:
     return Variant(name, config, {})
 
 
+def streams_phase(args: argparse.Namespace, results: dict) -> list[str]:
+    cases, notes = stream_cases(args)
+    variants = [Variant("streamfix", {}, {})]
+    if args.compare:
+        variants.append(Variant("gc-as-it-comes", {"server": {"gc_freeze": False}}, {}))
+    variants += [parse_variant(v) for v in args.variant]
+    found = open_streams.run(cases, variants, args.direct)
+    results["streams"] = found
+    lines = ["open streams through one worker", *report.streams_table(found)]
+    lines += [*report.streams_notes(), *notes, "targets (streamfix):"]
+    return lines + report.streams_goals(found)
+
+
+def objects_phase(args: argparse.Namespace, results: dict) -> list[str]:
+    found = kept_alive.run(100 if args.quick else args.objects_streams)
+    results["objects"] = found
+    return kept_alive.lines(found)
+
+
+def rate_phase(args: argparse.Namespace, results: dict) -> list[str]:
+    found = rate.run(
+        quick=args.quick,
+        litellm_venv=args.litellm_venv,
+        with_litellm=not args.quick or bool(args.litellm_venv),
+    )
+    results["rate"] = found
+    return rate.lines(found)
+
+
+PHASE_RUNNERS = {"streams": streams_phase, "objects": objects_phase, "rate": rate_phase}
+
+
 def main() -> int:
     args = arguments()
     phases = args.phase or list(PHASES)
@@ -131,28 +164,15 @@ def main() -> int:
     results: dict = {"machine": machine(), "argv": sys.argv[1:], "pins": str(PINS)}
     began = time.monotonic()
     lines: list[str] = []
-    if "streams" in phases:
-        cases, notes = stream_cases(args)
-        variants = [Variant("streamfix", {}, {})]
-        if args.compare:
-            variants.append(Variant("gc-as-it-comes", {"server": {"gc_freeze": False}}, {}))
-        variants += [parse_variant(v) for v in args.variant]
-        found = open_streams.run(cases, variants, args.direct)
-        results["streams"] = found
-        lines += ["", "open streams through one worker", *report.streams_table(found)]
-        lines += [*report.streams_notes(), *notes, "targets (streamfix):"]
-        lines += report.streams_goals(found)
-    if "objects" in phases:
-        count = 200 if args.quick else args.objects_streams
-        found_objects = kept_alive.run(count)
-        results["objects"] = found_objects
-        lines += ["", *kept_alive.lines(found_objects)]
-    if "rate" in phases:
-        from capacity import rate
-
-        found_rate = rate.run(quick=args.quick, litellm_venv=args.litellm_venv)
-        results["rate"] = found_rate
-        lines += ["", *rate.lines(found_rate)]
+    status = 0
+    for phase in (p for p in PHASES if p in phases):
+        try:
+            lines += ["", *PHASE_RUNNERS[phase](args, results)]
+        except Exception as exc:  # the other phases still run; the figures so far are kept
+            status = 2
+            results.setdefault("problems", []).append(f"{phase}: {type(exc).__name__}: {exc}")
+            lines += ["", f"{phase}: aborted: {type(exc).__name__}: {exc}"]
+            traceback.print_exc()
     results["machine"]["loadavg_end"] = os.getloadavg()
     results["seconds"] = time.monotonic() - began
     m = results["machine"]
@@ -164,7 +184,7 @@ def main() -> int:
     print("\n".join(lines))
     Path(args.output).write_text(json.dumps(results, indent=1, default=str))
     progress(f"wrote {args.output}")
-    return 0
+    return status
 
 
 if __name__ == "__main__":

@@ -191,6 +191,8 @@ def cpu_split(
         return {"per_event": per_event}
     cpu_opening = opening[-1][2] - samples[0][2]
     seconds = opening[-1][0] - began
+    if seconds < 1.0:  # too short a window to tell opening from the events in it
+        return {"per_event": per_event}
     events = result["opened"] * seconds / 2 / (case.gap_ms / 1000)  # half open, on average
     return {
         "per_event": per_event,

@@ -46,9 +46,12 @@ from perf_procs import HOST, cpu_seconds, free_port, start, stop
 from .processes import BENCH, RESULTS, ROOT, loadavg, progress
 
 LADDER = (10, 20, 35, 50, 100, 200, 300, 400, 500, 600, 800, 1000, 1200, 1500, 1800, 2200, 2600)
-QUICK_LADDER = (20, 100, 300)
+QUICK_LADDER = (100,)
 KINDS = {"non-streamed": ("perf-json", False), "streamed": ("perf-text-20", True)}
 ADDED_P99_LIMIT = 0.020
+KEEPS_UP_P99 = 0.5
+"""A target that falls behind the offered rate queues requests, and their latency from when
+they were due grows through the window: past this p99 it did not keep up."""
 LITELLM_SPEC = "litellm[proxy]==1.108.7"  # what bench/perf installs; here only found, never
 
 
@@ -56,7 +59,11 @@ LITELLM_SPEC = "litellm[proxy]==1.108.7"  # what bench/perf installs; here only 
 class Climb:
     target: Target
     passed: dict[str, Any] | None = None
+    """The highest window with p99 added latency under 20 ms, below the first that failed."""
     failed: dict[str, Any] | None = None
+    kept_up: dict[str, Any] | None = None
+    """The highest window it kept up with at all (p99 under `KEEPS_UP_P99`)."""
+    stopped: dict[str, Any] | None = None
     steps: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -124,14 +131,18 @@ def step(load: Load, target: Target, model: str, stream: bool, rate: float, quic
     return answer
 
 
-def passes(answer: dict[str, Any], reference: float) -> bool:
-    answer["added_p99"] = answer["p99"] - reference
+def keeps_up(answer: dict[str, Any]) -> bool:
     return (
         not answer["errors"]
         and answer["done"] >= 0.99 * answer["due"]
         and answer["sent_rate"] >= 0.95 * answer["rate"]
-        and answer["added_p99"] < ADDED_P99_LIMIT
+        and answer["p99"] < KEEPS_UP_P99
     )
+
+
+def passes(answer: dict[str, Any], reference: float) -> bool:
+    answer["added_p99"] = answer["p99"] - reference
+    return keeps_up(answer) and answer["added_p99"] < ADDED_P99_LIMIT
 
 
 def climb_kind(
@@ -160,7 +171,7 @@ def climb_kind(
         return answer
 
     for rate in ladder:
-        climbing = [c for c in climbs if c.failed is None]
+        climbing = [c for c in climbs if c.stopped is None]
         if not climbing:
             break
         progress(f"rate, {kind}: {rate}/s through {', '.join(c.target.name for c in climbing)}")
@@ -168,21 +179,30 @@ def climb_kind(
         for climb in climbing:
             answer = measured(climb.target, rate)
             climb.steps.append(answer)
-            if passes(answer, direct_now):
-                climb.passed = answer
+            if climb.failed is None:
+                if passes(answer, direct_now):
+                    climb.passed = answer
+                else:
+                    climb.failed = answer
+            if keeps_up(answer):
+                climb.kept_up = answer
             else:
-                climb.failed = answer
+                climb.stopped = answer
     if not quick:
         for climb in climbs:
             low = climb.passed["rate"] if climb.passed else 0
-            if climb.failed is None or climb.failed["rate"] - low < max(10, low / 4):
+            if climb.failed is None or climb.failed["rate"] - low < max(2, low / 4):
                 continue
-            middle = int(round((low + climb.failed["rate"]) / 2, -1))
+            middle = (low + climb.failed["rate"]) // 2
+            if middle >= 100:
+                middle = round(middle, -1)
             direct_now = reference(middle)
             answer = measured(climb.target, middle)
             climb.steps.append(answer)
             if passes(answer, direct_now):
                 climb.passed = answer
+            if keeps_up(answer) and (climb.kept_up is None or middle > climb.kept_up["rate"]):
+                climb.kept_up = answer
     return {
         "load_start": load_start,
         "load_end": loadavg(),
@@ -191,6 +211,9 @@ def climb_kind(
                 "sustained": c.passed["rate"] if c.passed else 0,
                 "at_sustained": c.passed,
                 "first_failed": c.failed,
+                "kept_up": c.kept_up["rate"] if c.kept_up else 0,
+                "at_kept_up": c.kept_up,
+                "stopped": c.stopped,
                 "steps": c.steps,
             }
             for c in climbs
@@ -198,7 +221,7 @@ def climb_kind(
     }
 
 
-def run(quick: bool = False, litellm_venv: str = "") -> dict[str, Any]:
+def run(quick: bool = False, litellm_venv: str = "", with_litellm: bool = True) -> dict[str, Any]:
     result: dict[str, Any] = {"kinds": {}, "problems": []}
     processes: list[subprocess.Popen | None] = []
     with tempfile.TemporaryDirectory(prefix="streamfix-rate-") as tmp:
@@ -230,8 +253,10 @@ def run(quick: bool = False, litellm_venv: str = "") -> dict[str, Any]:
                 targets.append(start_streamfix("streamfix-2w", free_port(), upstream, two, work))
             else:
                 result["problems"].append("streamfix-2w: not measured (no redis-server)")
-            executable = litellm_executable(litellm_venv)
-            if executable is not None:
+            executable = litellm_executable(litellm_venv) if with_litellm else None
+            if not with_litellm:
+                result["problems"].append("litellm: not measured (--quick without --litellm-venv)")
+            elif executable is not None:
                 venv = executable.parent.parent
                 targets.append(start_litellm(free_port(), upstream, work, venv, LITELLM_SPEC))
                 result["litellm"] = str(venv)
@@ -252,7 +277,7 @@ def run(quick: bool = False, litellm_venv: str = "") -> dict[str, Any]:
             servers["fake"] = fake.pid
             load = Load()
             processes.append(load.process)
-            for target in [direct, *ready]:  # every path warm before anything counts
+            for target in [direct, *ready] if not quick else []:  # every path warm first
                 for model, stream in KINDS.values():
                     step(load, target, model, stream, 50, True)
             settle(servers)
@@ -266,53 +291,49 @@ def run(quick: bool = False, litellm_venv: str = "") -> dict[str, Any]:
 
 
 def lines(result: dict[str, Any]) -> list[str]:
-    kinds = list(result["kinds"])
-    names = list(result["kinds"][kinds[0]]["targets"]) if kinds else []
     out = [
-        "requests a second one target sustains with p99 added latency < 20 ms "
-        "(open loop, rates on a ladder, then halfway)",
-        f"{'target':<14}"
-        + "".join(f"{k + ': req/s (p99 added ms, CPU ms/req)':>46}" for k in kinds),
+        "requests a second per target: open loop, rates on a ladder then halfway; "
+        "'< 20 ms': the highest rate with p99 added latency under 20 ms (that p99 added, "
+        "and the server's CPU per request there); 'kept up': the highest with p99 under "
+        f"{KEEPS_UP_P99:g} s and nothing failed",
+        f"{'':<13} {'target':<16} {'< 20 ms':>8} {'p99 +ms':>8} {'CPU ms':>7} {'kept up':>8}"
+        "  first over 20 ms at",
     ]
-    for name in names:
-        row = f"{name:<14}"
-        for kind in kinds:
-            figures = result["kinds"][kind]["targets"][name]
-            at = figures["at_sustained"]
-            if at is None:
-                row += f"{'below the first rung':>46}"
-                continue
+    for kind, found in result["kinds"].items():
+        for name, figures in found["targets"].items():
+            at = figures["at_sustained"] or {}
             cpu = at.get("cpu_per_request")
-            cell = f"{int(figures['sustained']):,} ({at['added_p99'] * 1000:.1f}, " + (
-                f"{cpu * 1000:.2f})" if cpu is not None else "-)"
+            failed = figures["first_failed"]
+            out.append(
+                f"{kind:<13} {name:<16} {int(figures['sustained']):>8,} "
+                + (f"{at['added_p99'] * 1000:>8.1f} " if at else f"{'-':>8} ")
+                + (f"{cpu * 1000:>7.2f} " if cpu is not None else f"{'-':>7} ")
+                + f"{int(figures['kept_up']):>8,}  "
+                + (f"{failed['rate']:,}/s ({why(failed)})" if failed else "-")
             )
-            row += f"{cell:>46}"
-        out.append(row)
-    for kind in kinds:
-        found = result["kinds"][kind]
-        targets = found["targets"]
-        out.append(
-            f"{kind}: load average {found['load_start']:.1f} -> {found['load_end']:.1f}; "
-            + "; ".join(
-                f"{name} failed at {t['first_failed']['rate']}/s ({why(t['first_failed'])})"
-                for name, t in targets.items()
-                if t["first_failed"]
-            )
-        )
-        one, redis, two, peer = (
-            targets.get(n, {}).get("sustained")
-            for n in ("streamfix", "streamfix-redis", "streamfix-2w", "litellm")
-        )
-        if redis and two:
-            out.append(f"  {kind}: 2 workers / 1 worker (both on Redis): {two / redis:.2f}x")
-        if one and peer:
-            out.append(f"  {kind}: streamfix / litellm: {one / peer:.1f}x")
+        rate = _rates(found["targets"])
+        notes = [f"load average {found['load_start']:.1f} -> {found['load_end']:.1f}"]
+        if rate("streamfix-redis", "sustained") and rate("streamfix-2w", "sustained"):
+            ratio = rate("streamfix-2w", "sustained") / rate("streamfix-redis", "sustained")
+            notes.append(f"2 workers / 1 (both on Redis) {ratio:.2f}x")
+        for key, label in (("sustained", "< 20 ms"), ("kept_up", "kept up")):
+            if rate("streamfix", key) and rate("litellm", key):
+                ratio = rate("streamfix", key) / rate("litellm", key)
+                notes.append(f"streamfix / litellm ({label}) {ratio:.1f}x")
+        out.append(f"{'':<13} {kind}: " + "; ".join(notes))
     out += [f"  {p}" for p in result["problems"]]
     out.append(
         "published, not measured here: LiteLLM about 600 req/s per instance, Portkey's Node "
         "gateway about 860, Bifrost (Go) about 1,250 per core."
     )
     return out
+
+
+def _rates(targets: dict[str, Any]) -> Any:
+    def rate(name: str, key: str) -> int:
+        return int(targets.get(name, {}).get(key) or 0)
+
+    return rate
 
 
 def why(answer: dict[str, Any]) -> str:
