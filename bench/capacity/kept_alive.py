@@ -5,8 +5,10 @@ start-up; a snapshot of the live objects (after a full collection) at rest, afte
 and again with N slow streams open. The difference, divided by N, is what one open stream
 holds: the objects the collector tracks, by type (the collector's work grows with these), and
 the bytes tracemalloc attributes to each allocating line (which includes untracked bytes and
-strings). Tracing slows the proxy down and inflates its memory; this phase measures nothing
-else.
+strings). Then the clients leave mid-stream, and a third snapshot's collection counts the
+cyclic garbage the streams left: what only the cycle collector reclaims, and what the frozen
+heap (proxy/server/gc_tuning.py) would keep until its full collection. Tracing slows the proxy
+down and inflates its memory; this phase measures nothing else.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from perf_procs import HOST, start, stop
+
+from proxy.upstream.http1 import KEEPALIVE_EXPIRY
 
 from .open_streams import proxy_config, warm_up
 from .processes import BENCH, RESULTS, ROOT, progress, start_proxy, start_upstream
@@ -103,6 +107,17 @@ def run(
             heaps = [proxy.probe / f"heap-{proxy.pid}-{n}.bin" for n in (1, 2)]
             if all(h.exists() for h in heaps):
                 result["allocations"] = heap_difference(*heaps, result["open_at_snapshot"])
+            # The clients leave mid-stream: what the streams leave behind that only the cycle
+            # collector could reclaim (frozen, it would wait for the full collection).
+            stop(client)
+            client = None
+            deadline = time.monotonic() + 30
+            while upstream_open(fake_port) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            time.sleep(KEEPALIVE_EXPIRY + 1)  # the idle upstream connections closed too
+            left = snapshot(proxy.pid, proxy.probe, 3)
+            result["cyclic_garbage_per_stream"] = left["collected"] / max(streams, 1)
+            result["tracked_after_streams_ended"] = left["tracked"]
         finally:
             stop(client)
             if proxy is not None:
@@ -163,6 +178,12 @@ def lines(result: dict[str, Any]) -> list[str]:
         "  by type: "
         + ", ".join(f"{kind} {n:.1f}" for kind, n in result["types_per_stream"] if n >= 0.5),
     ]
+    if "cyclic_garbage_per_stream" in result:
+        out.append(
+            f"  after the clients left mid-stream: {result['cyclic_garbage_per_stream']:.2f} "
+            "objects of cyclic garbage per stream (what only the cycle collector reclaims), "
+            f"{result['tracked_after_streams_ended']:,} objects tracked in all"
+        )
     heap = result.get("allocations")
     if heap:
         out.append(
