@@ -132,6 +132,7 @@ def litellm_executable(venv: str) -> Path | None:
 def step(load: Load, target: Target, model: str, stream: bool, rate: float, quick: bool) -> dict:
     """One window of `rate` requests a second against `target`."""
     seconds = 1.0 if quick else min(4.0, max(1.5, 300 / rate))
+    warmup = 0.5
     pid = target.process.pid if target.process is not None else None
     before = cpu_seconds(pid) if pid else 0.0
     answer = load.run(
@@ -141,12 +142,13 @@ def step(load: Load, target: Target, model: str, stream: bool, rate: float, quic
             "stream": stream,
             "rate": rate,
             "seconds": seconds,
-            "warmup": 0.5,
+            "warmup": warmup,
             "timeout": 10.0,
         }
     )
     if pid:
-        answer["cpu_per_request"] = (cpu_seconds(pid) - before) / max(answer["done"], 1)
+        sent = int(rate * (warmup + seconds))  # the warm-up's requests cost CPU too
+        answer["cpu_per_request"] = (cpu_seconds(pid) - before) / max(sent, 1)
     answer["rate"] = rate
     answer["target"] = target.name
     return answer

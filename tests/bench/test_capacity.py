@@ -37,9 +37,9 @@ def test_twenty_streams_at_once_through_the_proxy(tmp_path: Path) -> None:
     assert "--config" in found["command"]
 
 
-def test_what_twenty_open_streams_keep_alive() -> None:
-    found = kept_alive.run(20)
-    assert found["open_at_snapshot"] == 20
+def test_what_a_hundred_open_streams_keep_alive() -> None:
+    found = kept_alive.run(100)
+    assert found["open_at_snapshot"] == 100
     assert found["tracked_after"] > found["tracked_before"]
     assert found["tracked_per_stream"] > 0
     assert found["tasks_per_stream"] >= 1  # each open stream is at least its ASGI task
@@ -48,8 +48,12 @@ def test_what_twenty_open_streams_keep_alive() -> None:
     heap = found["allocations"]
     assert heap["bytes_per_stream"] > 0
     assert heap["top"] and all(":" in line["where"] for line in heap["top"])
+    # The clients left mid-stream: the streams left no reference cycle behind (the frozen heap
+    # of proxy/server/gc_tuning.py relies on it). A few dozen objects of garbage come from the
+    # process whatever the number of streams; a cycle per stream would be 100 or more.
+    assert 0 <= found["cyclic_garbage_per_stream"] < 1
     lines = kept_alive.lines(found)
-    assert lines[0].startswith("objects: 20 open streams")
+    assert lines[0].startswith("objects: 100 open streams")
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
