@@ -38,6 +38,7 @@ from proxy.server.exchanges import (
     plain_record,
 )
 from proxy.server.front_exchange import FrontRunner
+from proxy.server.gc_tuning import FrozenHeap
 from proxy.server.logs import quiet_client_loggers
 from proxy.server.messages import MESSAGES
 from proxy.server.metrics import CONTENT_TYPE, Metrics
@@ -115,11 +116,14 @@ class Proxy:
         for warning in shared_store_warnings(self.settings, self.environ):
             logger.warning("%s", warning)
         await self.store.ping()  # a store that does not answer is said now (store_health.py)
+        heap = FrozenHeap.start() if self.settings.server.gc_freeze else None
         self.started = True
         try:
             yield
         finally:
             self.started = False
+            if heap is not None:
+                heap.stop()
             await self.transport.aclose()
             await self.store.aclose()
             await self.refusals.aclose()

@@ -19,8 +19,9 @@ from proxy.settings.schema import ServerSettings
 
 logger = logging.getLogger(__name__)
 
-# File descriptors beyond the client connections: the listening socket, upstream connections,
-# logs, a Redis store. Start-up asks for max_connections plus these.
+# File descriptors beyond the connections: the listening socket, logs, a Redis store. Each client
+# connection may hold an upstream connection too, so start-up asks for twice max_connections
+# plus these.
 SPARE_FILES = 256
 
 
@@ -48,6 +49,9 @@ def uvicorn_config(app: Any, server: ServerSettings, log_level: str, **extra: An
         # uvicorn's httptools protocol with the head, connection and drain limits.
         "http": ClientLimitsProtocol,
         "timeout_keep_alive": server.keepalive_timeout_seconds,
+        # uvicorn's 2048 dropped part of a burst of connections that the kernel would have
+        # queued (each dropped one retried a second or more later).
+        "backlog": server.backlog,
         # Not uvicorn's limit_concurrency: it counts connections too, but only refuses their
         # requests (in plain text), so idle connections past it would still be held.
     }
@@ -57,7 +61,7 @@ def uvicorn_config(app: Any, server: ServerSettings, log_level: str, **extra: An
 def run(config: ProxyConfig) -> None:
     """What `uvicorn.run` does with a ready Config: one server, or workers sharing a socket."""
     limits = config.client_limits
-    allow_open_files(limits.max_connections + SPARE_FILES)
+    allow_open_files(2 * limits.max_connections + SPARE_FILES)
     if limits.max_buffered_request_bytes < limits.max_request_bytes:
         logger.warning(
             "server.max_buffered_request_bytes (%d) is below server.max_request_bytes (%d): "
@@ -88,8 +92,9 @@ def allow_open_files(wanted: int) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
     if target < wanted:
         logger.warning(
-            "open-files limit %d is below server.max_connections plus %d spare; the system "
-            "will refuse connections before the proxy's cap does",
+            "open-files limit %d is below twice server.max_connections (a client and an "
+            "upstream connection each) plus %d spare; the system will refuse connections "
+            "before the proxy's cap does",
             target,
             SPARE_FILES,
         )

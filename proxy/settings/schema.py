@@ -136,6 +136,14 @@ class ServerSettings:
     (`: keepalive`), between whole events and never after the last one, so that nginx
     (`proxy_read_timeout` 60 s), cloud load balancers (60 s idle) and clients' read timeouts
     (often 30 s) do not cut a stream whose upstream is thinking; 0: never."""
+    backlog: int = 65_535
+    """Connections the kernel queues for the proxy to accept; the kernel caps it at
+    `net.core.somaxconn` (4096 on Linux since 5.4). An attempt past a full queue is dropped,
+    and the client tries again only a second or more later."""
+    gc_freeze: bool = True
+    """Keep long-lived objects (the app, open streams, pooled connections) out of the cycle
+    collector's walks, so that its pauses do not grow with the open streams
+    (proxy/server/gc_tuning.py); false: CPython's collector as it comes."""
 
     def __post_init__(self) -> None:
         one_of("log_format", self.log_format, ("text", "json"))

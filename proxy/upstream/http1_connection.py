@@ -279,6 +279,11 @@ class Connection(asyncio.Protocol):
         self._keep_alive = False
         self._wake()
         self._on_closed(self)
+        # The parser holds this protocol's callbacks and the transport holds the protocol: two
+        # reference cycles that only the cycle collector would reclaim, and it no longer walks
+        # long-lived objects (proxy/server/gc_tuning.py). Nothing feeds a closed connection.
+        self._parser = _DETACHED
+        self._transport = None
 
     def _lost(self, exc: Exception | None) -> Failure:
         """Why the exchange failed, by how far it had got when the connection ended."""
@@ -397,6 +402,14 @@ class Connection(asyncio.Protocol):
         self._complete = True
         self._keep_alive = not self._head_only and self._parser.should_keep_alive()
         self._wake()
+
+
+class _NoCallbacks:
+    """A parser's protocol that hears nothing."""
+
+
+_DETACHED = httptools.HttpResponseParser(_NoCallbacks())
+"""The parser of every closed connection: one, owning no connection."""
 
 
 def _framing(headers: list[tuple[bytes, bytes]]) -> tuple[bool, str | None]:
