@@ -12,9 +12,21 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 HOST = "127.0.0.1"
+
+
+def serve_command(upstream: str, port: int, config: Path | None = None) -> list[str]:
+    """`python -m proxy serve` on HOST:`port` in front of `upstream`, quiet but for warnings,
+    with `config` when given: how every bench script starts the proxy."""
+    command = [sys.executable, "-m", "proxy", "serve", "--upstream", upstream]
+    if config is not None:
+        command += ["--config", str(config)]
+    return [*command, "--host", HOST, "--port", str(port), "--log-level", "warning"]
+
+
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 

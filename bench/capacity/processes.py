@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from perf.servers import Target, clean_env, toml, wait_ready
-from perf_procs import HOST, cpu_seconds, free_port, rss_bytes, start, stop
+from perf_procs import HOST, cpu_seconds, free_port, rss_bytes, serve_command, start, stop
 
 BENCH = Path(__file__).resolve().parents[1]
 ROOT = BENCH.parent
@@ -112,22 +112,7 @@ def start_proxy(
     probe.mkdir(parents=True, exist_ok=True)
     path = work / f"{name}.toml"
     path.write_text(toml(config))
-    command = [
-        sys.executable,
-        "-m",
-        "proxy",
-        "serve",
-        "--config",
-        str(path),
-        "--upstream",
-        f"http://{HOST}:{upstream_port}/v1",
-        "--host",
-        HOST,
-        "--port",
-        str(port),
-        "--log-level",
-        "warning",
-    ]
+    command = serve_command(f"http://{HOST}:{upstream_port}/v1", port, path)
     environ = {
         **clean_env(),
         "PYTHONPATH": os.pathsep.join([str(PROBE), str(ROOT)]),

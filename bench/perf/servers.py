@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perf_procs import HOST, start
+from perf_procs import HOST, serve_command, start
 
 from .config import BENCH, RELAY, RESULTS, ROOT, Failed, progress
 
@@ -50,24 +50,11 @@ def start_streamfix(
     name: str, port: int, upstream: str, config: dict[str, dict[str, Any]], work: Path
 ) -> Target:
     """`python -m proxy serve` with `config` in its own file `<name>.toml` (none when empty)."""
-    command = [
-        sys.executable,
-        "-m",
-        "proxy",
-        "serve",
-        "--upstream",
-        upstream,
-        "--host",
-        HOST,
-        "--port",
-        str(port),
-        "--log-level",
-        "warning",
-    ]
+    path = None
     if config:
         path = work / f"{name}.toml"
         path.write_text(toml(config))
-        command[4:4] = ["--config", str(path)]
+    command = serve_command(upstream, port, path)
     process = start(command, RESULTS / "logs" / f"{name}.log", env=clean_env(), cwd=ROOT)
     return Target(name, port, process, "/healthz", " ".join(command[1:]))
 
