@@ -1,18 +1,49 @@
 """The collector kept off long-lived objects (proxy/server/gc_tuning.py), and the proxy running
 with it: what survives a middle-generation collection is frozen, a frozen cycle is reclaimed by
-the full collection of everything, and the proxy's lifespan installs and removes the policy."""
+the full collection of everything, and the proxy's lifespan installs and removes the policy.
+
+The collector is process-wide, and a suite runs many apps in one process (a server thread still
+shutting down holds the policy): each test runs in a fresh interpreter of its own."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
+import os
+import subprocess
+import sys
 import weakref
+from collections.abc import Callable
 
 import httpx
 
 from proxy.server import gc_tuning
 from proxy.server.gc_tuning import FrozenHeap
 from tests.support.proxies import running_proxy
+
+ISOLATED = "STREAMFIX_GC_TEST_ISOLATED"
+
+
+def isolated(test: Callable[[], None]) -> Callable[[], None]:
+    """Run `test` alone in a fresh interpreter (pytest on this one test), or, in it, run it."""
+
+    @functools.wraps(test)
+    def run() -> None:
+        if os.environ.get(ISOLATED) == "1":
+            test()
+            return
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+        done = subprocess.run(
+            [*command, f"{__file__}::{test.__name__}"],
+            env={**os.environ, ISOLATED: "1"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+
+    return run
 
 
 class Node:
@@ -28,6 +59,7 @@ def cycle() -> tuple[Node, weakref.ref[Node]]:
     return a, weakref.ref(b)
 
 
+@isolated
 def test_survivors_of_a_middle_generation_collection_are_frozen_until_it_stops() -> None:
     async def main() -> None:
         heap = FrozenHeap.start()
@@ -47,6 +79,7 @@ def test_survivors_of_a_middle_generation_collection_are_frozen_until_it_stops()
     asyncio.run(main())
 
 
+@isolated
 def test_a_frozen_cycle_waits_for_the_full_collection_of_everything() -> None:
     async def main() -> None:
         heap = FrozenHeap.start()
@@ -64,6 +97,7 @@ def test_a_frozen_cycle_waits_for_the_full_collection_of_everything() -> None:
     asyncio.run(main())
 
 
+@isolated
 def test_the_full_collection_waits_for_growth_and_for_its_interval() -> None:
     async def main() -> None:
         heap = FrozenHeap.start()
@@ -83,6 +117,7 @@ def test_the_full_collection_waits_for_growth_and_for_its_interval() -> None:
     asyncio.run(main())
 
 
+@isolated
 def test_the_proxy_freezes_while_it_serves_and_not_with_gc_freeze_off() -> None:
     installed = []
     for freeze in (True, False):

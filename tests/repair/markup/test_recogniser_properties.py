@@ -88,11 +88,12 @@ BIG = 123456789012345678901234567890
 @pytest.mark.parametrize(
     ("answer", "request_", "arguments"),
     [
-        # Nested deeper than orjson writes (254 levels): written by the standard library.
+        # Nearly as deep as a document may nest (json_codec.MAX_DEPTH, 254: as deep as orjson
+        # writes), with the call around them.
         (
-            hermes('{"x": ' + "[" * 300 + "]" * 300 + "}"),
+            hermes('{"x": ' + "[" * 250 + "]" * 250 + "}"),
             OPEN,
-            '{"x":' + "[" * 300 + "]" * 300 + "}",
+            '{"x":' + "[" * 250 + "]" * 250 + "}",
         ),
         # Integers past 64 bits, from JSON, Python literals and a bare value the schema types.
         (
@@ -642,3 +643,12 @@ def test_a_schema_naming_an_odd_dialect_is_unusable_or_used_never_raising(dialec
         assert [call.name for call in calls] == ["get_weather"]
     else:
         assert "".join(texts) == CALL and counts["text_tool_call_schema_unusable"] == 1
+
+
+def test_arguments_nested_deeper_than_a_document_may_are_left_as_text() -> None:
+    """Past json_codec.MAX_DEPTH the arguments are malformed JSON to the proxy (nothing could
+    write them back whole): no call is made of them, and the text goes on as it came."""
+    answer = hermes('{"x": ' + "[" * 300 + "]" * 300 + "}")
+    texts, calls, _ = recognise([answer], request=OPEN)
+    assert calls == []
+    assert "".join(texts) == answer
