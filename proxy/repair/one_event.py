@@ -87,7 +87,7 @@ class OneEvent:
     def fold(self, chunks: Iterable[dict[str, Any]]) -> dict[str, Any]:
         """The completion the links' `chunks` say, in the body's own key order; `object` and
         every top-level key other than `choices` as received."""
-        messages: dict[int, _Message] = {}
+        messages: dict[int, MergedDeltas] = {}
         finishes: dict[int, Any] = {}
         for chunk in chunks:
             choices = chunk.get("choices")
@@ -97,7 +97,7 @@ class OneEvent:
                 index = choice_index(choice)
                 delta = choice.get("delta")
                 if isinstance(delta, dict):
-                    messages.setdefault(index, _Message()).add(delta)
+                    messages.setdefault(index, MergedDeltas()).add(delta)
                 if choice.get("finish_reason") is not None:
                     finishes[index] = choice["finish_reason"]
         folded = dict(self._body)
@@ -110,7 +110,7 @@ class OneEvent:
         return folded
 
     def _folded_choice(
-        self, choice: dict[str, Any], messages: dict[int, _Message], finishes: dict[int, Any]
+        self, choice: dict[str, Any], messages: dict[int, MergedDeltas], finishes: dict[int, Any]
     ) -> dict[str, Any]:
         index = choice_index(choice)
         folded = dict(choice)
@@ -153,7 +153,7 @@ def _with_index(call: dict[str, Any], position: int) -> dict[str, Any]:
     return trip
 
 
-class _Message:
+class MergedDeltas:
     """One choice's deltas merged as a client accumulates them."""
 
     def __init__(self) -> None:

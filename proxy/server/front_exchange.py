@@ -32,9 +32,10 @@ from starlette.responses import Response
 from proxy.fronts.translator import Refused
 from proxy.fronts.turns import TurnStore
 from proxy.repair.phases import Phases
-from proxy.repair.pipeline import RepairChain
+from proxy.repair.pipeline import Chunk, RepairChain, as_chunk, is_upstream_error
 from proxy.repair.receipts.store import ReceiptStore
 from proxy.repair.rules import RouteRules
+from proxy.repair.stream_fold import folded_completion
 from proxy.repair.tally import Tally
 from proxy.repair.tenancy import ReceiptScope
 from proxy.server.delivery import SSE_HEADERS, ClosingBody, raw_body, repairs_header
@@ -47,6 +48,7 @@ from proxy.upstream.body_decoding import Decoder, decoded, decoder_for, read_lim
 from proxy.upstream.routes import CHAT_PATH, Router
 from proxy.wire import json_codec
 from proxy.wire.limits import LimitExceeded
+from proxy.wire.sse import SSEDecoder
 
 ERROR_BODY_BYTES = 65_536
 """How much of an upstream's refusal is read for its message."""
@@ -145,9 +147,12 @@ class FrontRunner:
         chain = self.phases.stream(record.forwarded, record.tally)
         exchange = _Exchange(self, door, front, arrival, record, status)
         translator = door.translator(front, body, arrival)
-        if "text/event-stream" in upstream.headers.get("content-type", ""):
+        if "text/event-stream" not in upstream.headers.get("content-type", ""):
+            return await exchange.whole(upstream, decoder, chain, translator)
+        if front.stream:
             return exchange.streamed(upstream, decoder, chain, translator)
-        return await exchange.whole(upstream, decoder, chain, translator)
+        # Asked for one answer, streamed anyway: the repaired stream, folded into it.
+        return await exchange.folded(upstream, decoder, chain, translator)
 
     async def _translated(self, door: Door[F, T], body: dict[str, Any], arrival: Arrival) -> F:
         front = await door.translate(body, arrival)
@@ -260,6 +265,46 @@ class _Exchange(Generic[F, T]):
             message = "the upstream's answer is not a chat completion"
             return runner.exchanges.failed(record, door.error(502, message, "upstream_error"))
         await chain.on_response(completion)
+        return await self._answered(completion, translator)
+
+    async def folded(
+        self, upstream: httpx.Response, decoder: Decoder, chain: RepairChain, translator: T
+    ) -> Response:
+        """A streamed answer to a client that asked for one whole: read (bounded like a whole
+        body), repaired event by event as any stream is, and folded into the completion the
+        repaired chunks say (repair/stream_fold.py). The upstream's own error event, or a
+        stream that said nothing, is the front's error."""
+        runner, door, record = self.runner, self.door, self.record
+        settings = runner.exchanges.settings.server
+        repaired: list[Chunk] = []
+        try:
+            pieces = decoded(raw_body(upstream), decoder)
+            said = await read_limited(pieces, settings.max_response_bytes, None)
+            sse = SSEDecoder(settings.max_event_bytes)
+            for event in [*sse.feed(said), *sse.flush()]:
+                chunk = as_chunk(event)
+                if is_upstream_error(event, chunk):
+                    record.tally.count("upstream_error_event", 1)
+                    error = (event.data or "").encode()
+                    return runner.exchanges.failed(record, door.upstream_refusal(502, error))
+                if chunk is not None:
+                    repaired += [out for out, _ in chain.on_chunk(chunk, None)]
+            repaired += [out for out, _ in await chain.on_end()]
+        except (httpx.HTTPError, LimitExceeded) as exc:
+            message = f"the upstream answer could not be read: {type(exc).__name__}"
+            return runner.exchanges.failed(record, door.error(502, message, "upstream_error"))
+        finally:
+            await upstream.aclose()
+        completion = folded_completion(repaired)
+        if completion is None:
+            message = "the upstream's event stream carried no answer"
+            return runner.exchanges.failed(record, door.error(502, message, "upstream_no_events"))
+        record.tally.count("stream_folded", 1)
+        return await self._answered(completion, translator)
+
+    async def _answered(self, completion: dict[str, Any], translator: T) -> Response:
+        """A repaired whole completion, as the front's one answer."""
+        runner, door, record = self.runner, self.door, self.record
         body, media_type = door.whole_body(self.front, translator, completion)
         await self.keep(translator)
         runner.exchanges.answered(record, self.arrival.route, self.status)
