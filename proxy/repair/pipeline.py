@@ -16,7 +16,7 @@ sent: the turn failed, and its calls with it.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any
 
 from proxy.repair.one_event import OneEvent
@@ -182,6 +182,28 @@ def is_upstream_error(event: SSEEvent, chunk: Chunk | None) -> bool:
     if chunk is not None:
         return bool(chunk.get("error"))
     return event.event == "error"
+
+
+UpstreamErrorEvent = tuple[SSEEvent, Chunk | None]
+"""The upstream's own error event, and its JSON object when it has one."""
+
+
+def chunks_until_error(
+    events: Iterable[SSEEvent], chain: RepairChain, count: Count = _uncounted
+) -> tuple[list[Chunk], UpstreamErrorEvent | None]:
+    """The repaired chunks of `events`, in order, for a consumer of chunks rather than bytes
+    (a front's translator, a stream folded into one answer); and the upstream's own error
+    event if one came (counted `upstream_error_event`): the answer ends there, and nothing of
+    what followed it is repaired or used."""
+    out: list[Chunk] = []
+    for event in events:
+        chunk = as_chunk(event)
+        if is_upstream_error(event, chunk):
+            count("upstream_error_event", 1)
+            return out, (event, chunk)
+        if chunk is not None:
+            out += [repaired for repaired, _ in chain.on_chunk(chunk, None)]
+    return out, None
 
 
 def _nothing() -> None:

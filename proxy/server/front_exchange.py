@@ -32,7 +32,7 @@ from starlette.responses import Response
 from proxy.fronts.translator import Refused
 from proxy.fronts.turns import TurnStore
 from proxy.repair.phases import Phases
-from proxy.repair.pipeline import Chunk, RepairChain, as_chunk, is_upstream_error
+from proxy.repair.pipeline import RepairChain, chunks_until_error
 from proxy.repair.receipts.store import ReceiptStore
 from proxy.repair.rules import RouteRules
 from proxy.repair.stream_fold import folded_completion
@@ -276,19 +276,15 @@ class _Exchange(Generic[F, T]):
         stream that said nothing, is the front's error."""
         runner, door, record = self.runner, self.door, self.record
         settings = runner.exchanges.settings.server
-        repaired: list[Chunk] = []
         try:
             pieces = decoded(raw_body(upstream), decoder)
             said = await read_limited(pieces, settings.max_response_bytes, None)
             sse = SSEDecoder(settings.max_event_bytes)
-            for event in [*sse.feed(said), *sse.flush()]:
-                chunk = as_chunk(event)
-                if is_upstream_error(event, chunk):
-                    record.tally.count("upstream_error_event", 1)
-                    error = (event.data or "").encode()
-                    return runner.exchanges.failed(record, door.upstream_refusal(502, error))
-                if chunk is not None:
-                    repaired += [out for out, _ in chain.on_chunk(chunk, None)]
+            events = [*sse.feed(said), *sse.flush()]
+            repaired, error = chunks_until_error(events, chain, record.tally.count)
+            if error is not None:
+                said = (error[0].data or "").encode()
+                return runner.exchanges.failed(record, door.upstream_refusal(502, said))
             repaired += [out for out, _ in await chain.on_end()]
         except (httpx.HTTPError, LimitExceeded) as exc:
             message = f"the upstream answer could not be read: {type(exc).__name__}"

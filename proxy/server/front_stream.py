@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import httpx
 
 from proxy.fronts.translator import CLEAN, Aborted, Clean, End, Translator, UpstreamError
-from proxy.repair.pipeline import RepairChain, as_chunk, is_upstream_error
+from proxy.repair.pipeline import RepairChain, chunks_until_error
 from proxy.repair.tally import Tally
 from proxy.server.quiet_pings import with_pings
 from proxy.upstream.failures import describe_failure
@@ -65,19 +65,16 @@ class _Feed:
 
     def events(self, events: list[SSEEvent]) -> tuple[list[bytes], End | None]:
         """The front's events for these, and the end when the upstream's own error came."""
+        self.heard = self.heard or any(event.data is not None for event in events)
+        chunks, error = chunks_until_error(events, self._chain, self._tally.count)
         out: list[bytes] = []
         feed = self._translator.feed
-        for event in events:
-            self.heard = self.heard or event.data is not None
-            chunk = as_chunk(event)
-            if is_upstream_error(event, chunk):
-                self._tally.count("upstream_error_event", 1)
-                body = chunk if chunk is not None else _error_body(event.data)
-                return out, UpstreamError(body)
-            if chunk is not None:
-                for repaired, _ in self._chain.on_chunk(chunk, None):
-                    out += feed(repaired)
-        return out, None
+        for chunk in chunks:
+            out += feed(chunk)
+        if error is None:
+            return out, None
+        event, body = error
+        return out, UpstreamError(body if body is not None else _error_body(event.data))
 
     async def closing(self) -> list[bytes]:
         out: list[bytes] = []
