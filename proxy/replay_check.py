@@ -148,12 +148,13 @@ def delivery_of(cassette: Cassette, response: httpx.Response) -> Mode:
     if cassette.method != "POST" or cassette.path.encode() != CHAT_PATH:
         return Mode.RELAY
     body = cassette.body_json
-    return delivery_mode(
+    mode = delivery_mode(
         response.status_code,
         isinstance(body, dict) and bool(body.get("stream")),
         response.headers.get("content-type", ""),
         cassette.response_headers.get("content-encoding", ""),
     ).mode
+    return Mode.RELAY if mode is Mode.REFUSED else mode  # a chat client's refusal is relayed
 
 
 async def check_directory(

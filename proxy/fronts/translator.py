@@ -11,35 +11,16 @@ naming the turn. `counts` is what the translation itself did, booked on the exch
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Protocol
+
+from proxy.repair.answer import CLEAN, Aborted, Clean, End, UpstreamError
 
 Chunk = dict[str, Any]
 Message = dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class Clean:
-    """The upstream ended normally (with or without `[DONE]`)."""
-
-
-@dataclass(frozen=True, slots=True)
-class UpstreamError:
-    """The upstream reported an error inside its stream: its chunk, or its event's text."""
-
-    body: Any
-
-
-@dataclass(frozen=True, slots=True)
-class Aborted:
-    """The stream broke off, or outgrew a bound: the proxy's words for it."""
-
-    message: str
-    code: str = "stream_aborted"
-
-
-End = Clean | UpstreamError | Aborted
-CLEAN = Clean()
+# How an answer ends is the answer machine's (repair/answer.py): the translators render it.
+__all__ = ["CLEAN", "Aborted", "Clean", "End", "Refused", "Translator", "UpstreamError"]
 
 
 class Refused(Exception):

@@ -1,28 +1,21 @@
-"""The stream phase: the contract every stream link implements, the chain that runs one
-exchange's links, and the streaming loop around it.
+"""The stream phase: the contract every stream link implements, and the chain that runs one
+exchange's links; the answer machine (answer.py) runs the chain over an answer.
 
 Only JSON `data:` events reach the links. Comments, `event:`-typed events and data that is not a
-JSON object pass through byte for byte. `[DONE]` belongs to the pipeline and goes out once, and
-only when the upstream ended cleanly: a truncated answer must not look complete.
-
-An upstream's own in-band error (Groq's `event: error` with `tool_use_failed`, OpenRouter's
-chunk with a top-level `error` inside an HTTP 200 stream) ends the repairs: it and everything
-after it go out as received, and nothing is invented after it, neither the repairs' closing
-chunks (a finish "stop" would turn the failure into a normal end for the AI SDK) nor a
-`[DONE]` the upstream did not send itself. Calls still held back for atomic emission are not
-sent: the turn failed, and its calls with it.
+JSON object pass around them. How an answer ends, and what may follow its end, is the answer
+machine's.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from proxy.repair.one_event import OneEvent
 from proxy.wire import json_codec
 from proxy.wire.limits import LimitExceeded
-from proxy.wire.sse import DONE, SSEDecoder, SSEEvent, encode
+from proxy.wire.sse import SSEEvent
 
 logger = logging.getLogger(__name__)
 
@@ -182,103 +175,3 @@ def is_upstream_error(event: SSEEvent, chunk: Chunk | None) -> bool:
     if chunk is not None:
         return bool(chunk.get("error"))
     return event.event == "error"
-
-
-UpstreamErrorEvent = tuple[SSEEvent, Chunk | None]
-"""The upstream's own error event, and its JSON object when it has one."""
-
-
-def chunks_until_error(
-    events: Iterable[SSEEvent], chain: RepairChain, count: Count = _uncounted
-) -> tuple[list[Chunk], UpstreamErrorEvent | None]:
-    """The repaired chunks of `events`, in order, for a consumer of chunks rather than bytes
-    (a front's translator, a stream folded into one answer); and the upstream's own error
-    event if one came (counted `upstream_error_event`): the answer ends there, and nothing of
-    what followed it is repaired or used."""
-    out: list[Chunk] = []
-    for event in events:
-        chunk = as_chunk(event)
-        if is_upstream_error(event, chunk):
-            count("upstream_error_event", 1)
-            return out, (event, chunk)
-        if chunk is not None:
-            out += [repaired for repaired, _ in chain.on_chunk(chunk, None)]
-    return out, None
-
-
-def _nothing() -> None:
-    """The default `last_word`: nobody waits for it."""
-
-
-async def repaired_stream(
-    upstream: AsyncIterator[bytes],
-    chain: RepairChain,
-    decoder: SSEDecoder,
-    failures: tuple[type[Exception], ...],
-    on_abort: Callable[[Exception], bytes],
-    count: Count = _uncounted,
-    trailer: Callable[[], bytes] = bytes,
-    last_word: Callable[[], None] = _nothing,
-) -> AsyncIterator[bytes]:
-    """Decode the upstream SSE body, repair it, and encode it for the client.
-
-    An exception of a `failures` type while reading (the upstream broke off, an event grew too
-    large) ends the stream with the bytes of `on_abort(exc)`, and without `[DONE]`. `count`
-    books what the stream itself showed (`upstream_error_event`, `events_split`, `done_added`).
-    `trailer()` gives bytes to send after the closing chunks and before `[DONE]` (an SSE comment
-    listing the repairs, when the client asked for it). `last_word()` is called once the
-    stream's last word is decided and before it is yielded: the closing `[DONE]`, the abort's
-    error event, or the upstream's own error event (after which only its bytes pass); a
-    keepalive adds nothing after it. Every piece yielded is whole events.
-    """
-    errored = False
-    done_seen = False
-
-    def emit(items: list[tuple[Chunk, bytes | None]]) -> bytes:
-        return b"".join(raw if raw is not None else encode(chunk) for chunk, raw in items)
-
-    def process(events: list[SSEEvent]) -> bytes:
-        nonlocal errored, done_seen
-        out = []
-        for event in events:
-            if errored:
-                out.append(event.raw)  # after its own error, the upstream's bytes as received
-                continue
-            chunk = as_chunk(event)
-            if is_upstream_error(event, chunk):
-                errored = True
-                last_word()
-                count("upstream_error_event", 1)
-                out.append(event.raw)
-            elif chunk is not None:
-                items = chain.on_chunk(chunk, event.raw)
-                if len(items) == 1 and items[0][1] is not None:
-                    out.append(items[0][1])  # the common case: untouched, as received
-                else:
-                    out.append(emit(items))
-            elif not is_done(event):  # [DONE] goes out once, after the closing chunks
-                out.append(event.raw)
-            else:
-                done_seen = True
-        return b"".join(out) if len(out) != 1 else out[0]
-
-    try:
-        async for data in upstream:
-            if out := process(decoder.feed(data)):
-                yield out
-        tail = process(decoder.flush())
-    except failures as exc:
-        last_word()
-        yield on_abort(exc)
-        return
-    finally:
-        count("events_split", decoder.splits)
-    if errored:
-        if tail:
-            yield tail
-        return
-    closing = emit(await chain.on_end())
-    if not done_seen:
-        count("done_added", 1)  # a clean end without it: clients waiting for it get one
-    last_word()
-    yield tail + closing + trailer() + DONE

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import logging
 import os
-import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
+from typing import Any
 
 import httpx
 from starlette.applications import Starlette
@@ -19,41 +19,30 @@ from proxy.repair.phases import Phases
 from proxy.repair.receipts.opening import open_store
 from proxy.repair.receipts.store import ReceiptStore
 from proxy.repair.repairs import ChainOptions
-from proxy.repair.rules import RouteRules
-from proxy.repair.tally import Tally
-from proxy.repair.tenancy import ReceiptScope
-from proxy.server import messages as messages_front
-from proxy.server import responses_endpoint
 from proxy.server.asgi import StreamfixApp, http_error, internal_error
 from proxy.server.body_limits import BodyBudget
-from proxy.server.chat_request import model_of, parse_chat_request
-from proxy.server.delivery import relay, repaired_json, repaired_sse
-from proxy.server.delivery_mode import Mode, delivery_mode
+from proxy.server.chat_request import model_of
+from proxy.server.count_tokens import count_tokens
+from proxy.server.delivery import relay
+from proxy.server.doors import DOORS
+from proxy.server.doors.chat import CHAT
+from proxy.server.doors.door import Door
+from proxy.server.doors.responses import not_offered
 from proxy.server.errors import ClientError
-from proxy.server.exchanges import (
-    Exchanges,
-    Rebuilt,
-    after_first_segment,
-    new_request_id,
-    plain_record,
-)
-from proxy.server.front_exchange import FrontRunner
+from proxy.server.exchange_runner import ExchangeRunner
+from proxy.server.exchanges import Exchanges, after_first_segment, new_request_id, plain_record
 from proxy.server.gc_tuning import FrozenHeap
 from proxy.server.logs import quiet_client_loggers
-from proxy.server.messages import MESSAGES
 from proxy.server.metrics import CONTENT_TYPE, Metrics
 from proxy.server.paths import UnsafePath, checked_relative
-from proxy.server.responses_endpoint import RESPONSES
 from proxy.server.startup import shared_store_warnings, startup_line
 from proxy.server.tracing import Tracing
 from proxy.settings.chain import chain_options
 from proxy.settings.schema import Settings
 from proxy.settings.values import ConfigError, parse_keys
-from proxy.upstream.body_decoding import decoder_for
 from proxy.upstream.refusals import open_learning
-from proxy.upstream.routes import CHAT_PATH, Router
+from proxy.upstream.routes import Router
 from proxy.upstream.transports import upstream_transport
-from proxy.wire import json_codec
 
 logger = logging.getLogger(__name__)
 
@@ -99,8 +88,8 @@ class Proxy:
         self.exchanges = Exchanges(
             settings, self.transport, self.refusals, metrics, tracing, self.proxy_keys, budget
         )
-        # The Responses and Messages doors' one runner (front_exchange.py).
-        self.fronts = FrontRunner(self.router, self.phases, self.store, self.exchanges)
+        # Every door's one runner (exchange_runner.py).
+        self.runner = ExchangeRunner(self.router, self.phases, self.store, self.exchanges)
 
     @property
     def tracing(self) -> Tracing | None:
@@ -151,117 +140,18 @@ class Proxy:
         return Response(self.metrics.exposition(), media_type=CONTENT_TYPE)
 
     async def chat_completions(self, request: Request) -> Response:
-        """The chat door, on its own path: no translation, and the client's own bytes go up
-        when no repair changed them. Admission, bookkeeping, the send and the learning are the
-        fronts' too (exchanges.py)."""
-        exchanges = self.exchanges
-        request_id = request.headers.get("x-request-id") or new_request_id()
-        raw = await exchanges.admitted_body(request, request_id)
-        if isinstance(raw, Response):
-            return raw
-        try:
-            body = parse_chat_request(raw)
-        except ClientError as exc:
-            return exchanges.refused(exc, request, request_id, model_of(raw))
-        route = self.router.route_for(body.get("model"))
-        renamed = bool(route.upstream.model) and body.get("model") != route.upstream.model
-        if renamed:
-            body["model"] = route.upstream.model
-        started = time.monotonic()  # the recall below is part of the exchange's time
-        rules = route.rules(body.get("model"))
-        recalled = await self.refusals.recall(route.identity, body, rules)
-        record = exchanges.record(request, request_id, body, route, started)
-        # Phase one: the request repairs, ending in what goes upstream (the client's own bytes
-        # when nothing changed).
-        scope = ReceiptScope(exchanges.tenant(request), route.identity)
-        forwarded, changed = await self.phases.request(
-            body, recalled.applied(rules), scope, record.tally
-        )
-        record.forwarded = forwarded
-        content = json_codec.dumps(forwarded.body) if changed or renamed else raw
+        """The chat door (doors/chat.py), the hot path: StreamfixApp sends its POSTs here
+        straight."""
+        return await self.runner.run(CHAT, request)
 
-        async def rebuild(rules: RouteRules) -> Rebuilt:
-            """Phase one again, on the client's request, with the rules a refusal called for
-            (upstream/refusals.py): a fresh tally and Forwarded, so phase two knows what went
-            up (tool names mapped back). Adopted only if it goes up (Exchanges.send)."""
-            again = parse_chat_request(raw)
-            if renamed:
-                again["model"] = route.upstream.model
-            tally = Tally(request_id)
-            forwarded, _ = await self.phases.request(again, rules, scope, tally)
-            return Rebuilt(forwarded, tally)
+    def door_endpoint(self, door: Door[Any, Any]) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            return await self.runner.run(door, request)
 
-        upstream = await exchanges.send(
-            request, route, CHAT_PATH, content, record, resend=forwarded.body, rebuild=rebuild
-        )
-        if isinstance(upstream, Response):
-            return exchanges.failed(record, upstream)
-        forwarded = record.forwarded  # a refusal's resend built it again
-        assert forwarded is not None  # set by phase one above
-        status = upstream.status_code
-        headers = upstream.headers
-        encoding = headers.get("content-encoding", "")  # an httpx lookup costs 1.5 µs: once
-        delivery = delivery_mode(
-            status, bool(forwarded.body.get("stream")), headers.get("content-type", ""), encoding
-        )
-        if delivery.mode is Mode.RELAY:
-            if delivery.unrepaired_encoding is not None:
-                record.note(
-                    "unrepaired_encoding",
-                    "relayed unrepaired: the proxy does not decode Content-Encoding %r",
-                    delivery.unrepaired_encoding,
-                )
-            client_headers = exchanges.client_headers(upstream, request_id, decoded=False)
-            return relay(
-                upstream, record, client_headers, lambda: exchanges.finished(record, status)
-            )
-        decoder = decoder_for(encoding)
-        assert decoder is not None  # delivery_mode relays what has none
-        # Phase two: the stream links, built from what phase one decided.
-        chain = self.phases.stream(forwarded, record.tally)
-
-        def answered() -> None:
-            exchanges.answered(record, route, status)
-
-        client_headers = exchanges.client_headers(upstream, request_id, decoded=True)
-        if delivery.mode is Mode.SSE:
-            self.metrics.active_streams.inc()
-
-            def stream_closed() -> None:
-                self.metrics.active_streams.dec()
-                answered()
-
-            limit = self.settings.server.max_event_bytes
-            return repaired_sse(
-                upstream,
-                chain,
-                record,
-                client_headers,
-                limit,
-                decoder,
-                stream_closed,
-                self.settings.server.keepalive_seconds,
-            )
-        return await repaired_json(
-            upstream,
-            chain,
-            record,
-            client_headers,
-            decoder,
-            self.settings.server.max_response_bytes,
-            answered,
-        )
-
-    async def responses(self, request: Request) -> Response:
-        """`POST /v1/responses`: the Responses front (responses_endpoint.py) on the runner."""
-        return await self.fronts.run(RESPONSES, request)
-
-    async def messages(self, request: Request) -> Response:
-        """`POST /v1/messages`: Anthropic's Messages front (messages.py) on the runner."""
-        return await self.fronts.run(MESSAGES, request)
+        return endpoint
 
     async def count_tokens(self, request: Request) -> Response:
-        return await messages_front.count_tokens(self.exchanges, self.router, request)
+        return await count_tokens(self.exchanges, self.router, request)
 
     async def passthrough(self, request: Request) -> Response:
         exchanges = self.exchanges
@@ -295,12 +185,15 @@ def create_app(
         Route("/healthz", proxy.healthz, methods=["GET"]),
         Route("/readyz", proxy.readyz, methods=["GET"]),
         Route("/metrics", proxy.metrics_endpoint, methods=["GET"]),
-        Route("/v1/responses", proxy.responses, methods=["POST"]),
-        Route("/v1/responses/{rest:path}", responses_endpoint.not_offered),
-        Route("/v1/messages", proxy.messages, methods=["POST"]),
-        Route("/v1/messages/count_tokens", proxy.count_tokens, methods=["POST"]),
         # POST /v1/chat/completions is not here: StreamfixApp sends it straight to its handler
         # (one registration); its other methods are passthrough like any /v1/ path.
+        *(
+            Route(door.path, proxy.door_endpoint(door), methods=["POST"])
+            for door in DOORS
+            if door is not CHAT
+        ),
+        Route("/v1/responses/{rest:path}", not_offered),
+        Route("/v1/messages/count_tokens", proxy.count_tokens, methods=["POST"]),
         Route(
             "/v1/{path:path}",
             proxy.passthrough,

@@ -1,4 +1,5 @@
-"""Turning an upstream response into the client's: relayed untouched, or repaired."""
+"""What every delivery of an answer shares: the SSE headers, the repairs header, the relay of
+an upstream's bytes as they came, and the body that books and closes an exchange once."""
 
 from __future__ import annotations
 
@@ -7,18 +8,10 @@ from collections.abc import AsyncIterator, Callable
 import httpx
 from starlette.responses import Response
 
-from proxy.repair.pipeline import RepairChain, repaired_stream
 from proxy.repair.tally import Tally
-from proxy.server.errors import error_event, error_response
-from proxy.server.keepalive import Keepalive
 from proxy.server.record import ExchangeRecord
 from proxy.server.streamed_response import StreamedResponse
-from proxy.upstream.body_decoding import Decoder, decoded, read_limited
-from proxy.upstream.failures import describe_failure, upstream_origin
 from proxy.upstream.headers import RawHeaders
-from proxy.wire import json_codec
-from proxy.wire.limits import LimitExceeded
-from proxy.wire.sse import SSEDecoder
 
 # A repaired stream must reach the client unbuffered, uncached and unaltered, whatever the
 # upstream said: `no-cache` and `no-store` keep caches from answering with it or keeping it (an
@@ -57,83 +50,6 @@ def relay(
         status_code=upstream.status_code,
         headers=[*headers, repairs_header(record.tally)],
     )
-
-
-def repaired_sse(
-    upstream: httpx.Response,
-    chain: RepairChain,
-    record: ExchangeRecord,
-    headers: RawHeaders,
-    max_event_bytes: int,
-    decoder: Decoder,
-    on_close: OnClose,
-    keepalive: float = 0.0,
-) -> Response:
-    tally = record.tally
-
-    def abort(exc: Exception) -> bytes:
-        # No finish reason and no [DONE]: a truncated answer must not look complete.
-        tally.note("stream_aborted", "upstream stream failed: %s", type(exc).__name__)
-        if isinstance(exc, LimitExceeded):
-            return error_event(str(exc), "upstream_error", exc.code)
-        _, message, code = describe_failure(exc, _origin(upstream))
-        return error_event(message, "upstream_error", code)
-
-    beat = Keepalive(keepalive) if keepalive > 0 else None
-    stream = repaired_stream(
-        decoded(raw_body(upstream), decoder),
-        chain,
-        SSEDecoder(max_event_bytes),
-        (httpx.HTTPError, LimitExceeded),
-        abort,
-        tally.count,
-        (lambda: repairs_comment(tally)) if record.debug else bytes,
-        beat.end if beat is not None else lambda: None,
-    )
-    kept = [f for f in headers if f[0].lower() not in _SSE_NAMES]
-    return StreamedResponse(
-        ClosingBody(upstream, stream, record, on_close),
-        status_code=upstream.status_code,
-        headers=[*kept, *SSE_HEADERS, repairs_header(tally)],
-        media_type="text/event-stream",
-        keepalive=beat,
-    )
-
-
-async def repaired_json(
-    upstream: httpx.Response,
-    chain: RepairChain,
-    record: ExchangeRecord,
-    headers: RawHeaders,
-    decoder: Decoder,
-    max_bytes: int,
-    on_close: OnClose,
-) -> Response:
-    try:
-        pieces = decoded(raw_body(upstream), decoder)
-        raw = await read_limited(pieces, max_bytes, upstream.headers.get("content-length"))
-    except (httpx.HTTPError, LimitExceeded) as exc:
-        on_close()
-        if isinstance(exc, LimitExceeded):
-            return error_response(502, str(exc), "upstream_error", exc.code)
-        status, message, code = describe_failure(exc, _origin(upstream))
-        return error_response(status, message, "upstream_error", code)
-    finally:
-        await upstream.aclose()
-    try:
-        body = json_codec.loads(raw)
-    except json_codec.JSONDecodeError:
-        body = None  # not ours to fix: passed on as received
-    if isinstance(body, dict) and await chain.on_response(body):
-        raw = json_codec.dumps(body)
-    on_close()  # a sync background task would cost a thread hand-off per request
-    if record.client_copy is not None:
-        # After the bookkeeping: a cancellation may land in the save's wait for the disk.
-        record.client_copy.sent(raw)
-        await record.client_copy.save()
-    response = Response(raw, status_code=upstream.status_code)
-    response.raw_headers.extend([*headers, repairs_header(record.tally)])
-    return response
 
 
 def raw_body(upstream: httpx.Response) -> AsyncIterator[bytes]:
@@ -199,12 +115,3 @@ class ClosingBody:
                     await aclose()
             finally:
                 await self._upstream.aclose()
-
-
-def _origin(upstream: httpx.Response) -> str | None:
-    """`host:port` the response came from, for an error message; None when it has no request
-    (then describe_failure asks the exception's own)."""
-    try:
-        return upstream_origin(upstream.request.url)
-    except RuntimeError:  # httpx: no request was set on the response
-        return None

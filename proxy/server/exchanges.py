@@ -123,8 +123,9 @@ class Exchanges:
         body: dict[str, Any],
         route: UpstreamRoute,
         started: float,
+        door: str | None = None,
     ) -> ExchangeRecord:
-        """A chat exchange's record, before its request phase."""
+        """A chat exchange's record, before its request phase, by the door it came in at."""
         return ExchangeRecord(
             Tally(request_id),
             route=route.name,
@@ -134,6 +135,7 @@ class Exchanges:
             provider=route.provider,
             started=started,
             debug=request.headers.get("x-streamfix-debug") == "1",
+            door=door,
         )
 
     def tenant(self, request: Request) -> str | None:

@@ -17,12 +17,6 @@ if TYPE_CHECKING:
     from proxy.upstream.routes import UpstreamRoute
 
 OPERATION = "chat"
-FRONTS = {
-    "/v1/chat/completions": "chat_completions",
-    "/v1/responses": "responses",
-    "/v1/messages": "messages",
-}
-"""The client's path -> `streamfix.front`."""
 _DEFAULT_PORTS = {"https": 443, "http": 80}
 # Request parameters copied when they are numbers: body field -> attribute.
 _NUMBERS = (
@@ -52,9 +46,8 @@ def call_attributes(record: ExchangeRecord, route: UpstreamRoute) -> dict[str, A
         "server.port": url.port or _DEFAULT_PORTS.get(url.scheme, 443),
         "streamfix.route": record.route,
     }
-    front = FRONTS.get(record.path)
-    if front:
-        attributes["streamfix.front"] = front
+    if record.door:  # the door's own name (server/doors/)
+        attributes["streamfix.front"] = record.door
     if isinstance(record.model, str):
         attributes["gen_ai.request.model"] = record.model
     body = record.forwarded.body if record.forwarded is not None else {}

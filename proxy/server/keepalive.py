@@ -1,4 +1,6 @@
-"""A comment on a stream the client has been sent nothing on for a while.
+"""A heartbeat on a stream the client has been sent nothing on for a while, for every door:
+its form is the door's (a chat client's `: keepalive` comment, a Responses client's
+`response.in_progress`, a Messages client's `ping`), the interval `[server] keepalive_seconds`.
 
 nginx (`proxy_read_timeout`, 60 s), cloud load balancers (60 s idle) and many clients (30 s
 read timeouts) cut a connection that stays silent, and a reasoning model can think for minutes
@@ -11,7 +13,8 @@ and the timer, when it fires, goes back to sleep for the rest of the interval if
 sent meanwhile, so it runs at most once per interval whatever the event rate. Nothing else is
 done per event, and no task exists until a comment is due. A reader task per stream, as
 `quiet_pings.with_pings` has, cost 1.5-2.4 us more per event and 3.6 KB and 24 objects per
-open stream, against about 0.1 us and 1.0 KB and 2 objects here (bench/keepalive_cost.py).
+open stream, against about 0.1 us and 1.0 KB and 2 objects here (bench/keepalive_cost.py),
+which is why every door's heartbeat is this timer.
 
 Where a comment may go: between two of the stream's own sends, never during one, and never
 after its last word. Each send of the stream is one or more whole events (the SSE decoder hands
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from starlette.types import Send
 
@@ -40,13 +43,16 @@ _EARLY = 0.001
 
 
 class Keepalive:
-    """One stream's keepalive: `relay` sends the stream's pieces, and comments in its silences."""
+    """One stream's keepalive: `relay` sends the stream's pieces, and a heartbeat in each of
+    its silences. `beat()` is the door's heartbeat, made when it is due (a Responses heartbeat
+    takes the stream's next sequence number): between two of the stream's sends, never during
+    one, so its place in the stream is where it goes out."""
 
-    __slots__ = ("_busy", "_last", "_loop", "_ping", "_send", "_timer", "comment", "interval")
+    __slots__ = ("_beat", "_busy", "_last", "_loop", "_ping", "_send", "_timer", "interval")
 
-    def __init__(self, interval: float, comment: bytes = COMMENT) -> None:
+    def __init__(self, interval: float, beat: Callable[[], bytes] = lambda: COMMENT) -> None:
         self.interval = interval
-        self.comment = comment
+        self._beat = beat
         self._timer: asyncio.TimerHandle | None = None
         self._last = 0.0
         self._busy = False  # a send of the stream's own is in progress
@@ -93,15 +99,13 @@ class Keepalive:
         elif quiet_until - now > _EARLY:
             when = quiet_until  # something was sent since the timer was set
         else:
-            self._ping = self._loop.create_task(self._comment())
+            self._ping = self._loop.create_task(self._comment(self._beat()))
             when = now + self.interval
         self._timer = self._loop.call_at(when, self._due)
 
-    async def _comment(self) -> None:
+    async def _comment(self, beat: bytes) -> None:
         try:
-            await self._send(
-                {"type": "http.response.body", "body": self.comment, "more_body": True}
-            )
+            await self._send({"type": "http.response.body", "body": beat, "more_body": True})
             self._last = self._loop.time()
         except Exception:  # the stream's own next send meets the same end; this one says why
             logger.warning("keepalive comment not sent; no more on this stream", exc_info=True)

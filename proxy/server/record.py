@@ -37,6 +37,9 @@ class ExchangeRecord:
     """What the request phase decided (a chat exchange, once its request repairs ran)."""
     trace: Any = None
     """The exchange's OpenTelemetry spans while it runs, when tracing is on (server/tracing.py)."""
+    door: str | None = None
+    """The door the client came in at (`chat_completions`, `responses`, `messages`), None for
+    a passthrough or a refusal before any door ran: `streamfix.front` on its span."""
     client_copy: ClientCopy | None = None
     """What a recording transport handed back with the response (upstream/context.py
     `CLIENT_COPY`); delivery gives it every byte the client is sent, then saves it."""

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from proxy.server.gen_ai_attributes import (
-    FRONTS,
     answer_attributes,
     call_attributes,
     call_span_name,
@@ -257,9 +256,8 @@ def _request_attributes(record: ExchangeRecord, method: str | None) -> dict[str,
     model = record.model
     if isinstance(model, str):
         attributes["gen_ai.request.model"] = model
-    front = FRONTS.get(record.path)
-    if front and record.forwarded is not None:
-        attributes["streamfix.front"] = front
+    if record.door and record.forwarded is not None:
+        attributes["streamfix.front"] = record.door
     if method:
         attributes["http.request.method"] = method
     return attributes

@@ -18,14 +18,14 @@ from proxy.explain.attribution import AttributingChain, AttributingPhases, Attri
 from proxy.explain.diff import MISSING
 from proxy.repair.forwarded import Forwarded
 from proxy.repair.phases import Phases
-from proxy.repair.pipeline import Link, RepairChain, repaired_stream
+from proxy.repair.pipeline import Link, RepairChain
 from proxy.repair.receipts.opening import open_store
 from proxy.repair.rules import RouteRules
 from proxy.repair.tally import Tally
 from proxy.repair.tenancy import ReceiptScope
 from proxy.settings.chain import chain_options
 from proxy.settings.schema import Settings
-from proxy.wire.sse import SSEDecoder
+from tests.support.streams import chat_stream
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDINGS = ROOT / "recordings"
@@ -228,9 +228,9 @@ async def _attributed(chunks: list[dict[str, Any]]) -> tuple[AttributingChain, b
     async def upstream():  # type: ignore[no-untyped-def]
         for chunk in chunks:
             yield b"data: " + orjson.dumps(chunk) + b"\n\n"
+        yield b"data: [DONE]\n\n"  # ended as an answer: the closing chunks follow
 
-    parts = repaired_stream(upstream(), chain, SSEDecoder(), (), lambda exc: b"", exchange.count)
-    return chain, b"".join([part async for part in parts])
+    return chain, await chat_stream(upstream(), chain, exchange)
 
 
 def test_attribution_is_exact_for_real_repairs() -> None:
@@ -265,12 +265,11 @@ def test_attribution_is_exact_for_real_repairs() -> None:
         **CALL_KINDS,
         "role_added": 1,
         "finish_reason_repeated_dropped": 1,
-        "done_added": 1,
     }
 
 
 def test_closing_events_are_attributed_to_the_repair_that_added_them() -> None:
-    # No finish at all: FinishReasonRepair supplies it at stream end.
+    # `[DONE]` and no finish: FinishReasonRepair supplies it at stream end.
     chain, sent = asyncio.run(_attributed([{"id": "c", "choices": [{"index": 0, "delta": {
         "role": "assistant", "content": "hi"}}]}]))  # fmt: skip
     text, closing = chain.steps

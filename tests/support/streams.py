@@ -6,14 +6,15 @@ import asyncio
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
-import httpx
 import orjson
 
+from proxy.repair.answer import AnswerMachine
 from proxy.repair.conformance import stream_chunks
-from proxy.repair.pipeline import repaired_stream
+from proxy.repair.pipeline import RepairChain
 from proxy.repair.tally import Tally
+from proxy.server.answer_stream import answer_events
+from proxy.server.doors.chat import ChatRendering
 from proxy.settings.schema import Settings
-from proxy.wire.sse import SSEDecoder
 from tests.support.phases import forwarded, phases
 
 
@@ -35,19 +36,23 @@ def repair_stream(
         for piece in pieces if pieces is not None else [raw]:
             yield piece
 
-    async def run() -> bytes:
-        def abort(exc: Exception) -> bytes:
-            raise AssertionError(f"stream aborted: {exc!r}")
+    return asyncio.run(chat_stream(upstream(), chain, tally or Tally("test")))
 
-        parts = [
-            part
-            async for part in repaired_stream(
-                upstream(), chain, SSEDecoder(), (httpx.HTTPError,), abort
-            )
-        ]
-        return b"".join(parts)
 
-    return asyncio.run(run())
+async def chat_stream(
+    upstream: AsyncIterator[bytes], chain: RepairChain, tally: Tally | None = None
+) -> bytes:
+    """What the chat door sends a client for `upstream`'s body, through `chain`: the server's
+    own stream loop, answer machine and chat rendering. A stream that breaks off fails the
+    test."""
+    tally = tally or Tally("test")
+
+    def abort(exc: Exception) -> tuple[str, str]:
+        raise AssertionError(f"stream aborted: {exc!r}")
+
+    machine = AnswerMachine(chain, tally, None)
+    parts = answer_events(upstream, machine, ChatRendering(tally, debug=False), abort)
+    return b"".join([part async for part in parts])
 
 
 def assembled_calls(body: bytes) -> dict[int, list[dict[str, Any]]]:

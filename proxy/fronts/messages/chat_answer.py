@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from proxy.wire.error_bodies import error_fields
+
 
 def reasoning_text(delta: dict[str, Any]) -> str | None:
     """The reasoning a delta carries, or None. OpenRouter sends the same text in `reasoning`
@@ -60,15 +62,5 @@ def _count(value: Any) -> int:
 
 
 def error_message(body: Any) -> str:
-    """The upstream's own words for its error, whatever its shape."""
-    if isinstance(body, dict):
-        error = body.get("error")
-        if isinstance(error, dict) and isinstance(error.get("message"), str):
-            return str(error["message"])
-        if isinstance(error, str):
-            return error
-        if isinstance(body.get("message"), str):
-            return str(body["message"])
-    if isinstance(body, str) and body:
-        return body
-    return "the upstream reported an error"
+    """The upstream's own words for its error, whatever its shape (wire/error_bodies.py)."""
+    return error_fields(body).message or "the upstream reported an error"

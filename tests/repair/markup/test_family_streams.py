@@ -145,7 +145,9 @@ def test_each_family_non_streamed_becomes_message_calls(name: str) -> None:
 
 def test_a_mistral_call_gets_the_nine_alphanumerics_its_server_demands() -> None:
     body = repair_stream(
-        sse({"choices": [{"index": 0, "delta": {"content": SAMPLES["mistral_args"][0]}}]}),
+        sse(
+            {"choices": [{"index": 0, "delta": {"content": SAMPLES["mistral_args"][0]}}]}, "[DONE]"
+        ),
         REQUEST,
     )
     [call] = assembled_calls(body)[0]
@@ -154,7 +156,8 @@ def test_a_mistral_call_gets_the_nine_alphanumerics_its_server_demands() -> None
 
 def test_kimi_keeps_the_ids_the_model_wrote() -> None:
     body = repair_stream(
-        sse({"choices": [{"index": 0, "delta": {"content": SAMPLES["kimi_k2"][0]}}]}), REQUEST
+        sse({"choices": [{"index": 0, "delta": {"content": SAMPLES["kimi_k2"][0]}}]}, "[DONE]"),
+        REQUEST,
     )
     ids = [call["id"] for call in assembled_calls(body)[0]]
     assert ids == ["functions.get_weather:0", "functions.get_forecast:1"]

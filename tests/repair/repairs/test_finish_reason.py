@@ -112,7 +112,9 @@ def test_a_non_streamed_message_with_calls_finishes_with_tool_calls() -> None:
 # ── through the whole chain ──────────────────────────────────────────────────
 
 
-def test_upstream_ending_without_finish_or_done_gets_both() -> None:
+def test_upstream_ending_without_finish_or_done_is_cut_not_completed() -> None:
+    # A stream that runs out before any finish reason and without [DONE] was cut: the client
+    # gets an error event, and neither a finish nor a [DONE] is invented for it.
     body = sse(
         tool_chunk(
             {
@@ -122,6 +124,24 @@ def test_upstream_ending_without_finish_or_done_gets_both() -> None:
                 ],
             }
         )
+    )
+    out = repair_stream(body)
+    assert finish_reasons(out) == {}
+    assert b"[DONE]" not in out
+    assert stream_chunks(out)[-1]["error"]["code"] == "upstream_truncated"
+
+
+def test_upstream_ending_with_done_and_no_finish_gets_one() -> None:
+    body = sse(
+        tool_chunk(
+            {
+                "role": "assistant",
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                ],
+            }
+        ),
+        "[DONE]",
     )
     out = repair_stream(body)
     assert violations(out) == []

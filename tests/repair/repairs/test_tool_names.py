@@ -10,20 +10,18 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
 import orjson
 import pytest
 
 from proxy.repair.calls.tool_names import TOOL_NAME_RULES
-from proxy.repair.pipeline import RepairChain, repaired_stream
+from proxy.repair.pipeline import RepairChain
 from proxy.repair.profiles import PROFILES
 from proxy.repair.rules import RouteRules
 from proxy.repair.tally import Tally
 from proxy.settings.schema import ConfigError, Settings
 from proxy.upstream.routes import Router
-from proxy.wire.sse import SSEDecoder
 from tests.support.phases import exchange as both_phases
-from tests.support.streams import assembled_calls
+from tests.support.streams import assembled_calls, chat_stream
 
 GEMINI = "https://generativelanguage.googleapis.com/v1beta/openai"
 READ = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
@@ -49,14 +47,7 @@ def streamed(chain: RepairChain, raw: bytes) -> bytes:
     async def upstream() -> AsyncIterator[bytes]:
         yield raw
 
-    async def run() -> bytes:
-        def abort(exc: Exception) -> bytes:
-            raise AssertionError(f"stream aborted: {exc!r}")
-
-        stream = repaired_stream(upstream(), chain, SSEDecoder(), (httpx.HTTPError,), abort)
-        return b"".join([part async for part in stream])
-
-    return asyncio.run(run())
+    return asyncio.run(chat_stream(upstream(), chain))
 
 
 def sse(*deltas: dict[str, Any], finish: str = "tool_calls") -> bytes:

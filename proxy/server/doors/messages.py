@@ -1,5 +1,5 @@
-"""`POST /v1/messages` and `/v1/messages/count_tokens`: Anthropic's Messages API in front of
-the chat core, as a door on the fronts' runner (front_exchange.py).
+"""`POST /v1/messages`: Anthropic's Messages API in front of
+the chat core, as a door on the exchange runner (server/exchange_runner.py).
 
 The Messages request becomes a chat request (proxy/fronts/messages/request.py), which then goes
 exactly the way a chat client's does: the same admission and limits, the same repair chain on
@@ -13,20 +13,18 @@ log line and the metrics show it.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from proxy.fronts.messages import events as message_events
-from proxy.fronts.messages.request import MessagesError, Translated, error_body, translate
+from proxy.fronts.messages.request import Translated, error_body, translate
 from proxy.fronts.turns import restore_turns
-from proxy.server.doors import Arrival, Door
-from proxy.server.exchanges import Exchanges, plain_record, request_id_of
+from proxy.server.doors.door import Arrival
+from proxy.server.doors.translated import TranslatedDoor
 from proxy.upstream.headers import RawHeaders
-from proxy.upstream.routes import Router
 from proxy.wire import json_codec
+from proxy.wire.error_bodies import read_error
 
 STORE_FAILED_KIND = "messages_store_failed"
 
@@ -34,7 +32,9 @@ STORE_FAILED_KIND = "messages_store_failed"
 _ANTHROPIC_ONLY = frozenset({b"anthropic-version", b"anthropic-beta", b"x-api-key"})
 
 
-class MessagesDoor(Door[Translated, message_events.MessageEvents]):
+class MessagesDoor(TranslatedDoor[Translated, message_events.MessageEvents]):
+    name = "messages"
+    path = "/v1/messages"
     store_failed_kind = STORE_FAILED_KIND
 
     def chat_headers(self, raw: RawHeaders) -> RawHeaders:
@@ -48,21 +48,20 @@ class MessagesDoor(Door[Translated, message_events.MessageEvents]):
             out.append((b"authorization", b"Bearer " + key.strip()))
         return out
 
-    def error(self, status: int, message: str, code: str) -> Response:
-        return JSONResponse(error_body(status, message), status_code=status)
+    def error_body(self, status: int, message: str, code: str) -> dict[str, Any]:
+        return error_body(status, message)
 
     def restyled(self, response: Response) -> Response:
         """The proxy's own OpenAI-shaped error (auth, limits, an unreachable upstream) in
         Anthropic's shape, with its status and headers."""
-        said = message_events.error_message(_loads(bytes(response.body)))
-        out = self.error(response.status_code, said, "")
+        out = self.error(response.status_code, _said(bytes(response.body)), "")
         for name, value in response.raw_headers:
             if name.lower() not in (b"content-length", b"content-type"):
                 out.raw_headers.append((name, value))
         return out
 
     def upstream_refusal(self, status: int, body: bytes) -> Response:
-        return self.error(status, message_events.error_message(_loads(body)), "")
+        return self.error(status, _said(body), "")
 
     async def translate(self, body: dict[str, Any], arrival: Arrival) -> Translated:
         """The chat request, and the receipts of every turn whose thinking signature names
@@ -100,36 +99,6 @@ class MessagesDoor(Door[Translated, message_events.MessageEvents]):
 MESSAGES = MessagesDoor()
 
 
-def _loads(raw: bytes) -> Any:
-    try:
-        return json_codec.loads(raw)
-    except json_codec.JSONDecodeError:
-        return raw.decode(errors="replace")[:500]
-
-
-async def count_tokens(exchanges: Exchanges, router: Router, request: Request) -> Response:
-    """An estimate, said to be one: chat-completions upstreams have no counting endpoint, so
-    the answer is the UTF-8 size of the chat request this body becomes, divided by four (the
-    rule of thumb for English text and JSON with BPE tokenizers), rounded up. The
-    `x-streamfix-token-count: estimate` header says so; Claude Code's Read tool uses the number
-    to judge whether a file fits, for which an estimate serves."""
-    request_id = request_id_of(request)
-    raw = await exchanges.admitted_body(request, request_id)
-    if isinstance(raw, Response):
-        return MESSAGES.restyled(raw)
-    try:
-        given = json_codec.loads(raw)
-        if isinstance(given, dict):
-            given = {"max_tokens": 1, **given}  # count_tokens takes no max_tokens
-        chat = translate(given, request.headers).body
-    except (json_codec.JSONDecodeError, MessagesError) as exc:
-        error = exc if isinstance(exc, MessagesError) else MessagesError(f"invalid JSON: {exc}")
-        record = plain_record(request, request_id, "-", None)
-        return exchanges.failed(record, JSONResponse(error.body, status_code=error.status))
-    size = len(json_codec.dumps([chat["messages"], chat.get("tools", [])]))
-    response = JSONResponse({"input_tokens": math.ceil(size / 4)})
-    response.headers["x-streamfix-token-count"] = "estimate"
-    # Booked under the route the model names, as Claude Code's main requests are.
-    route = router.route_for(chat.get("model"))
-    record = plain_record(request, request_id, route.name, chat.get("model"))
-    return exchanges.failed(record, response)  # booked and headed like any exchange
+def _said(body: bytes) -> str:
+    """The upstream's (or the proxy's own OpenAI-shaped) words for an error."""
+    return read_error(body).message or "the upstream reported an error"

@@ -1,4 +1,4 @@
-"""The fronts' stream loop (proxy/server/front_stream.py) on the translator interface: the
+"""Every door's stream loop (proxy/server/answer_stream.py) with a front's translator: the
 upstream's SSE is decoded once, and the chunk objects the repair chain hands on are the ones
 the translator gets, never encoded and decoded again; the turn is kept before the terminal."""
 
@@ -11,9 +11,11 @@ from typing import Any
 import orjson
 
 from proxy.fronts.responses.events import ResponsesEvents
+from proxy.repair.answer import AnswerMachine
 from proxy.repair.pipeline import Chunk, Link, RepairChain
 from proxy.repair.tally import Tally
-from proxy.server.front_stream import front_events
+from proxy.server.answer_stream import answer_events
+from proxy.server.doors.translated import TranslatedRendering
 from tests.fronts.responses.events_support import delta, parse, translation
 
 
@@ -55,13 +57,12 @@ def test_the_translator_gets_the_chains_own_chunk_objects() -> None:
         order.append("kept")
 
     async def run() -> list[bytes]:
-        events = front_events(
+        machine = AnswerMachine(RepairChain([link], strict=True), Tally("r"), 1 << 20)
+        events = answer_events(
             body(delta(content="hel"), delta(content="lo"), delta(finish="stop")),
-            RepairChain([link], strict=True),
-            translator,
-            Tally("r"),
-            1 << 20,
-            60.0,
+            machine,
+            TranslatedRendering(translator),
+            lambda exc: (str(exc), "stream_aborted"),
             keep,
         )
         out = []

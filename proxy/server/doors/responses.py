@@ -1,4 +1,4 @@
-"""`POST /v1/responses`: the Responses front's door on the fronts' runner (front_exchange.py).
+"""`POST /v1/responses`: the Responses door on the exchange runner (server/exchange_runner.py).
 
 The same admission, auth, routes, limits, learning, metrics, log line and `x-streamfix-repairs`
 as chat completions: the Responses request becomes the chat request (fronts/responses/
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -25,18 +24,22 @@ from proxy.fronts.responses.openai_errors import completed_error
 from proxy.fronts.responses.request import Lookups, Translation, openai_error, translate
 from proxy.fronts.responses.store import ResponsesStore, records
 from proxy.fronts.turns import turn_key
-from proxy.server.doors import Arrival, Door
+from proxy.server.doors.door import Arrival
+from proxy.server.doors.translated import TranslatedDoor, TranslatedRendering
 from proxy.wire import json_codec
+from proxy.wire.error_bodies import read_error
 
 STORE_FAILED_KIND = "responses_store_failed"
 
 
-class ResponsesDoor(Door[Translation, ResponsesEvents]):
+class ResponsesDoor(TranslatedDoor[Translation, ResponsesEvents]):
+    name = "responses"
+    path = "/v1/responses"
     store_failed_kind = STORE_FAILED_KIND
 
-    def error(self, status: int, message: str, code: str) -> Response:
+    def error_body(self, status: int, message: str, code: str) -> dict[str, Any]:
         kind = "invalid_request_error" if status < 500 else "server_error"
-        return _json(status, openai_error(message, code, kind=kind))
+        return openai_error(message, code, kind=kind)
 
     def restyled(self, response: Response) -> Response:
         """The proxy's own error (keys, limits, an unreachable upstream) with OpenAI's `param`,
@@ -54,8 +57,18 @@ class ResponsesDoor(Door[Translation, ResponsesEvents]):
         return out
 
     def upstream_refusal(self, status: int, body: bytes) -> Response:
-        message, code, kind, param = _upstream_error_fields(body, status)
-        return _json(status, openai_error(message, code, param, kind))
+        said = read_error(body)
+        kind = "invalid_request_error" if status < 500 else "server_error"
+        text = body.decode("utf-8", "replace")[:500] if body else ""
+        return _json(
+            status,
+            openai_error(
+                said.message or text or f"upstream answered {status}",
+                said.code or "upstream_error",
+                said.param,
+                said.type or kind,
+            ),
+        )
 
     async def translate(self, body: dict[str, Any], arrival: Arrival) -> Translation:
         store = _store(arrival)
@@ -83,7 +96,7 @@ class ResponsesDoor(Door[Translation, ResponsesEvents]):
         self,
         front: Translation,
         forwarded: dict[str, Any],
-        translator: ResponsesEvents,
+        rendering: TranslatedRendering[ResponsesEvents],
         turn: dict[str, Any] | None,
     ) -> dict[str, dict[str, Any]]:
         """When the client stores: the repaired transcript (what went upstream, this answer
@@ -91,6 +104,7 @@ class ResponsesDoor(Door[Translation, ResponsesEvents]):
         if turn is None or not front.store:
             return {}
         transcript = [*front.transcript_without_instructions(forwarded["messages"]), turn]
+        translator = rendering.translator
         return records(translator.id, transcript, translator.output)
 
 
@@ -103,27 +117,6 @@ def _store(arrival: Arrival) -> ResponsesStore:
 
 def _json(status: int, body: dict[str, Any]) -> Response:
     return Response(json_codec.dumps(body), status_code=status, media_type="application/json")
-
-
-def _upstream_error_fields(raw: bytes, status: int) -> tuple[str, str, str, Any]:
-    """(message, code, type, param) of an upstream's error body, whatever its shape."""
-    try:
-        found = orjson.loads(raw) if raw else None
-    except orjson.JSONDecodeError:
-        found = None
-    if isinstance(found, list) and found and isinstance(found[0], dict):
-        found = found[0]  # Gemini's OpenAI endpoint answers errors in a list
-    inner = found.get("error") if isinstance(found, dict) else None
-    if isinstance(inner, dict):
-        return (
-            str(inner.get("message") or f"upstream answered {status}"),
-            str(inner.get("code") or inner.get("status") or "upstream_error"),
-            str(inner.get("type") or ("invalid_request_error" if status < 500 else "server_error")),
-            inner.get("param"),
-        )
-    text = raw.decode("utf-8", "replace")[:500] if raw else f"upstream answered {status}"
-    kind = "invalid_request_error" if status < 500 else "server_error"
-    return (str(inner) if isinstance(inner, str) else text, "upstream_error", kind, None)
 
 
 async def not_offered(request: Request) -> Response:

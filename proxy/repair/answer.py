@@ -1,0 +1,257 @@
+"""The answer machine: one upstream answer, from what the upstream sends to what a door
+renders, with an explicit end. Every door (chat completions, Responses, Messages) and
+`streamfix explain` drive this one machine; what differs between them is only how a door
+renders its pieces and its end (server/doors/).
+
+It is sans-I/O: it is handed the upstream's bytes as they arrive (`feed`), told when they ran
+out (`finish`) or broke off (`broke_off`), or handed one whole body (`whole`, `folded`). It
+reads no socket and keeps no clock; silence is the driver's (one keepalive timer per stream).
+
+How an answer can end, each decided here and nowhere else:
+
+- `Clean`: the upstream ended its stream with `[DONE]`, or ran out after a finish reason (then
+  the repairs' closing chunks follow). A whole body that is a chat completion.
+- `UpstreamError`: the upstream's own error inside a 200 (Groq's `event: error`, OpenRouter's
+  chunk with a top-level `error`, a whole body that is an error): nothing is invented after
+  it, neither the repairs' closing chunks (a finish "stop" would turn the failure into a
+  normal end) nor a `[DONE]`; calls still held back are not sent, the turn failed.
+- `Truncated`: the stream broke off (the transport failed, an event outgrew its bound) or ran
+  out before any finish reason and without `[DONE]`: a cut answer must not look complete.
+- `NoEvents`: a 200 event stream without one event with data in it (empty, comments only, an
+  HTML page, JSON labelled an event stream): "the model said nothing" would be invented.
+- `NotAnAnswer`: a whole body that is not a chat completion.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.repair.pipeline import Chunk, RepairChain, as_chunk, is_done, is_upstream_error
+from proxy.repair.stream_fold import folded_completion
+from proxy.repair.tally import Tally
+from proxy.wire import json_codec
+from proxy.wire.sse import SSEDecoder
+
+# ── how an answer ends ─────────────────────────────────────────────────────
+
+
+@dataclass(frozen=True, slots=True)
+class Clean:
+    """The upstream ended normally: with `[DONE]` (`done_seen`), or after a finish reason."""
+
+    done_seen: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamError:
+    """The upstream reported an error inside its answer: its JSON object (or its event's
+    text, as `{"message": …}`), and the event's bytes as received (empty for a whole body)."""
+
+    body: Any
+    raw: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class Aborted:
+    """The answer did not end as an answer: the proxy's words for why."""
+
+    message: str
+    code: str = "stream_aborted"
+
+
+@dataclass(frozen=True, slots=True)
+class Truncated(Aborted):
+    """Broke off, outgrew a bound, or ran out before it finished."""
+
+
+@dataclass(frozen=True, slots=True)
+class NoEvents(Aborted):
+    """A 200 event stream with no event in it."""
+
+
+@dataclass(frozen=True, slots=True)
+class NotAnAnswer(Aborted):
+    """A whole body that is not a chat completion."""
+
+
+End = Clean | UpstreamError | Aborted
+CLEAN = Clean()
+
+NO_EVENT = "the upstream answered 200 with no event in its stream"
+UNFINISHED = "the upstream's stream ended before its answer finished"
+NOT_A_COMPLETION = "the upstream's answer is not a chat completion"
+NO_ANSWER = "the upstream's event stream carried no answer"
+NO_EVENTS = NoEvents(NO_EVENT, "upstream_no_events")
+
+
+Piece = tuple[Chunk | None, bytes | None]
+"""What a door renders for the upstream's events: a repaired chunk with, while no repair
+changed it, the bytes it came as; or `(None, raw)`, an event that carries no chunk (a comment,
+a typed event, data that is not a JSON object, everything after the upstream's own error),
+which only a door that relays bytes sends on."""
+
+
+@dataclass(frozen=True, slots=True)
+class Whole:
+    """An answer read whole: the completion (repaired), whether a repair changed it, the body
+    as received, and how it ended. `as_received` is True when the body itself may go to a
+    client that asked for JSON (a JSON body the proxy has nothing to say about), False for a
+    stream folded into one answer."""
+
+    completion: dict[str, Any] | None
+    changed: bool
+    raw: bytes
+    end: End
+    as_received: bool = True
+
+
+def _uncounted(kind: str, amount: int) -> None:
+    """The default `count`: an answer run without an exchange to book on."""
+
+
+class AnswerMachine:
+    """One exchange's answer through its repair chain (phase two). `end` is None until the
+    answer's end is decided; from the upstream's own error on, `feed` hands back its bytes as
+    received and repairs nothing."""
+
+    __slots__ = ("_chain", "_done", "_finished", "_heard", "_sse", "_tally", "end")
+
+    def __init__(self, chain: RepairChain, tally: Tally, max_event_bytes: int | None) -> None:
+        self._chain = chain
+        self._tally = tally
+        self._sse = SSEDecoder(max_event_bytes)
+        self._heard = False  # an event with data came
+        self._finished = False  # the upstream said a finish reason
+        self._done = False  # the upstream said `[DONE]`
+        self.end: End | None = None
+
+    # ── a stream ───────────────────────────────────────────────────────────
+
+    def feed(self, data: bytes) -> list[Piece]:
+        """The pieces of the events `data` completes (SSE framing is the decoder's)."""
+        return self._events(self._sse.feed(data))
+
+    async def finish(self) -> tuple[list[Piece], End]:
+        """The upstream's body ran out: the last events' pieces, the repairs' closing chunks
+        on a clean end, and the end."""
+        out = self._events(self._sse.flush())
+        self._count_framing()
+        if self.end is None:
+            if not self._heard:
+                self._tally.note("stream_aborted", "the upstream's stream held no event")
+                self.end = NO_EVENTS
+            elif not (self._done or self._finished):
+                self._tally.note("stream_aborted", "the upstream's stream ended unfinished")
+                self.end = Truncated(UNFINISHED, "upstream_truncated")
+            else:
+                out += await self._chain.on_end()
+                self.end = Clean(self._done)
+        return out, self.end
+
+    def broke_off(self, reason: str, message: str, code: str) -> End:
+        """Reading the upstream failed (`reason`: what failed, for the log): truncated, unless
+        its own error already ended the answer."""
+        self._count_framing()
+        if self.end is None:
+            self._tally.note("stream_aborted", "upstream stream failed: %s", reason)
+            self.end = Truncated(message, code)
+        return self.end
+
+    def count(self, kind: str, amount: int) -> None:
+        """What the door's rendering did, on the exchange's tally beside the repairs."""
+        self._tally.count(kind, amount)
+
+    def _count_framing(self) -> None:
+        splits, self._sse.splits = self._sse.splits, 0
+        self._tally.count("events_split", splits)
+
+    def _events(self, events: list[Any]) -> list[Piece]:
+        # The hot loop: most events are untouched chunks, handed on with their own bytes.
+        out: list[Piece] = []
+        chain = self._chain
+        for event in events:
+            if self.end is not None:  # after its own error, the upstream's bytes as received
+                out.append((None, event.raw))
+                continue
+            data = event.data
+            if data is None:  # a comment, or fields without data
+                out.append((None, event.raw))
+                continue
+            self._heard = True
+            chunk = as_chunk(event)
+            if is_upstream_error(event, chunk):
+                self._tally.count("upstream_error_event", 1)
+                self.end = UpstreamError(chunk if chunk is not None else _said(data), event.raw)
+                out.append((None, event.raw))
+            elif chunk is not None:
+                if not self._finished:
+                    self._finished = _says_finish(chunk)
+                out += chain.on_chunk(chunk, event.raw)
+            elif is_done(event):
+                self._done = True  # the door says its own end, once, after the closing chunks
+            else:
+                out.append((None, event.raw))
+        return out
+
+    # ── one body ───────────────────────────────────────────────────────────
+
+    async def whole(self, raw: bytes) -> Whole:
+        """A non-streamed answer: repaired through the stream links as a one-event stream
+        (pipeline.py `on_response`). An error in a 200 body is the upstream's error; a body
+        that is not a completion is not an answer; either goes on as received where it may."""
+        try:
+            body = json_codec.loads(raw)
+        except json_codec.JSONDecodeError:
+            body = None
+        if not isinstance(body, dict):
+            return self._ended(Whole(None, False, raw, NotAnAnswer(NOT_A_COMPLETION)))
+        if body.get("error") and not body.get("choices"):
+            return self._ended(Whole(None, False, raw, UpstreamError(body, raw)))
+        if not isinstance(body.get("choices"), list):
+            return self._ended(Whole(None, False, raw, NotAnAnswer(NOT_A_COMPLETION)))
+        changed = await self._chain.on_response(body)
+        return self._ended(Whole(body, changed, raw, CLEAN))
+
+    async def folded(self, raw: bytes) -> Whole:
+        """A streamed answer to a client that asked for one whole: its events repaired as any
+        stream's are, folded into the completion the repaired chunks say (stream_fold.py)."""
+        pieces = self.feed(raw)
+        more, end = await self.finish()
+        if not isinstance(end, Clean):
+            return Whole(None, False, raw, end, as_received=False)
+        chunks = [chunk for chunk, _ in pieces + more if chunk is not None]
+        completion = folded_completion(chunks)
+        if completion is None:
+            self.end = NoEvents(
+                "the upstream's event stream carried no answer", "upstream_no_events"
+            )
+            return Whole(None, False, raw, self.end, as_received=False)
+        self._tally.count("stream_folded", 1)
+        return Whole(completion, True, raw, end, as_received=False)
+
+    def _ended(self, whole: Whole) -> Whole:
+        self.end = whole.end
+        return whole
+
+
+def _says_finish(chunk: Chunk) -> bool:
+    choices = chunk.get("choices")
+    if choices and isinstance(choices, list):
+        for choice in choices:
+            if isinstance(choice, dict) and choice.get("finish_reason") is not None:
+                return True
+    return False
+
+
+def _said(data: str) -> Any:
+    """An error event's data (Groq's `event: error`): its JSON when it is an object, else its
+    text as the message."""
+    if data.startswith("{"):
+        try:
+            parsed = json_codec.loads(data)
+        except json_codec.JSONDecodeError:
+            parsed = None
+        if isinstance(parsed, dict):
+            return parsed
+    return {"message": data}

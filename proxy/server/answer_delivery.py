@@ -1,0 +1,193 @@
+"""One exchange's answer after its send, delivered as the upstream's head calls for
+(delivery_mode.py): a refusal, a relay, a stream, or one whole answer. The answer machine
+(repair/answer.py) reads every answer that is repaired; the door renders it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Generic
+
+import httpx
+from starlette.responses import Response
+
+from proxy.repair.answer import AnswerMachine, Clean
+from proxy.repair.pipeline import RepairChain
+from proxy.server.answer_stream import FAILURES, answer_events
+from proxy.server.delivery import ClosingBody, raw_body, relay, repairs_header
+from proxy.server.doors.door import Arrival, Door, F, R
+from proxy.server.exchanges import Exchanges
+from proxy.server.keepalive import Keepalive
+from proxy.server.record import ExchangeRecord
+from proxy.server.streamed_response import StreamedResponse
+from proxy.upstream.body_decoding import decoded, decoder_for, read_limited
+from proxy.upstream.failures import describe_failure, upstream_origin
+from proxy.wire.limits import LimitExceeded
+
+ERROR_BODY_BYTES = 65_536
+"""How much of an upstream's refusal a door that renders it reads for its message."""
+
+
+@dataclass(frozen=True, slots=True)
+class Answer(Generic[F, R]):
+    """One exchange's answer: its door, its request as translated, and the upstream's head."""
+
+    exchanges: Exchanges
+    door: Door[F, R]
+    front: F
+    arrival: Arrival
+    record: ExchangeRecord
+    upstream: httpx.Response
+
+    # ── not repaired ───────────────────────────────────────────────────────
+
+    def relayed(self) -> Response:
+        """The upstream's bytes as they came, undecoded (their `Content-Encoding` with them):
+        a chat client's refusal, or a streamed request answered with something else."""
+        exchanges, record, upstream = self.exchanges, self.record, self.upstream
+        status = upstream.status_code
+        headers = exchanges.client_headers(upstream, record.request_id, decoded=False)
+        return relay(upstream, record, headers, lambda: exchanges.finished(record, status))
+
+    async def refused(self, unrepaired_encoding: str | None) -> Response:
+        """The upstream refused before its first byte, or answered in an encoding the proxy
+        does not decode: relayed where the door relays refusals, else the upstream's status
+        and words in the door's error shape."""
+        record, upstream, door = self.record, self.upstream, self.door
+        if door.relays_refusals:
+            if unrepaired_encoding is not None:
+                record.note(
+                    "unrepaired_encoding",
+                    "relayed unrepaired: the proxy does not decode Content-Encoding %r",
+                    unrepaired_encoding,
+                )
+            return self.relayed()
+        decoder = decoder_for(upstream.headers.get("content-encoding", ""))
+        try:
+            pieces = raw_body(upstream)
+            if decoder is not None:
+                pieces = decoded(pieces, decoder)
+            said = await read_limited(pieces, ERROR_BODY_BYTES, None)
+        except FAILURES:
+            said = b""
+        finally:
+            await upstream.aclose()
+        if decoder is None:
+            message = "the upstream's Content-Encoding cannot be decoded by the proxy"
+            answer = door.error(502, message, "upstream_error")
+        else:
+            answer = door.upstream_refusal(upstream.status_code, said)
+        if record.client_copy is not None:  # recorded like a chat refusal, for --replay
+            record.client_copy.sent(bytes(answer.body))
+            await record.client_copy.save()
+        return self.exchanges.failed(record, answer)
+
+    # ── repaired ───────────────────────────────────────────────────────────
+
+    def streamed(self, encoding: str, chain: RepairChain, rendering: R) -> Response:
+        exchanges, record, upstream = self.exchanges, self.record, self.upstream
+        server = exchanges.settings.server
+        decoder = decoder_for(encoding)
+        assert decoder is not None  # delivery_mode refuses what has none
+        machine = AnswerMachine(chain, record.tally, server.max_event_bytes)
+        interval = server.keepalive_seconds  # 0 turns heartbeats off, on every door
+        beat = Keepalive(interval, rendering.heartbeat) if interval > 0 else None
+        status, headers = self.door.stream_head(upstream, record)
+        exchanges.metrics.active_streams.inc()
+
+        def closed() -> None:
+            exchanges.metrics.active_streams.dec()
+            exchanges.answered(record, self.arrival.route, status)
+
+        async def keep() -> None:
+            await self.keep(rendering)
+
+        events = answer_events(
+            decoded(raw_body(upstream), decoder),
+            machine,
+            rendering,
+            self._words,
+            keep,
+            beat.end if beat is not None else _nothing,
+        )
+        return StreamedResponse(
+            ClosingBody(upstream, events, record, closed),
+            status_code=status,
+            headers=headers,
+            media_type="text/event-stream",
+            keepalive=beat,
+        )
+
+    async def whole(
+        self, encoding: str, chain: RepairChain, rendering: R, *, folded: bool
+    ) -> Response:
+        """A whole body, or a stream answering a request that asked for one (`folded`): read
+        (bounded), through the machine, as the door's one answer."""
+        exchanges, record, upstream, door = self.exchanges, self.record, self.upstream, self.door
+        server = exchanges.settings.server
+        decoder = decoder_for(encoding)
+        assert decoder is not None  # delivery_mode refuses what has none
+        machine = AnswerMachine(chain, record.tally, server.max_event_bytes)
+        length = None if folded else upstream.headers.get("content-length")
+        try:
+            pieces = decoded(raw_body(upstream), decoder)
+            said = await read_limited(pieces, server.max_response_bytes, length)
+            whole = await (machine.folded(said) if folded else machine.whole(said))
+        except FAILURES as exc:
+            status, message, code = self._failure(exc)
+            return exchanges.failed(record, door.error(status, message, code))
+        finally:
+            await upstream.aclose()
+        # The door's body first (a front's translator reads the answer as it renders it), the
+        # turn kept, the exchange booked (with what the answer taught), then the repairs header.
+        response = door.whole_answer(self.front, rendering, whole, upstream, record)
+        if isinstance(whole.end, Clean):
+            await self.keep(rendering)
+            exchanges.answered(record, self.arrival.route, upstream.status_code)
+        else:
+            exchanges.finished(record, response.status_code)
+        response.raw_headers.append(repairs_header(record.tally))
+        if record.client_copy is not None:
+            # After the bookkeeping: a cancellation may land in the save's wait for the disk.
+            record.client_copy.sent(bytes(response.body))
+            await record.client_copy.save()
+        return response
+
+    async def keep(self, rendering: R) -> None:
+        """The answer's turn and the door's records, before the client can ask for them. A
+        failed write is counted; the answer still goes out."""
+        turns = self.arrival.turns
+        if not turns.usable:
+            return
+        turn = rendering.turn()
+        assert self.record.forwarded is not None
+        forwarded = self.record.forwarded.body
+        extra = self.door.records(self.front, forwarded, rendering, turn)
+        if turn is None and not extra:
+            return
+        if not await turns.keep(rendering.answer_id, turn, extra):
+            kind = self.door.store_failed_kind
+            self.record.note(kind, "answer %s not stored", rendering.answer_id)
+
+    def _failure(self, exc: Exception) -> tuple[int, str, str]:
+        """The status, words and code for what broke a read off (no path or query: they may
+        hold a key)."""
+        if isinstance(exc, LimitExceeded):
+            return 502, str(exc), exc.code
+        return describe_failure(exc, _origin(self.upstream))
+
+    def _words(self, exc: Exception) -> tuple[str, str]:
+        _, message, code = self._failure(exc)
+        return message, code
+
+
+def _nothing() -> None:
+    """No keepalive to tell."""
+
+
+def _origin(upstream: httpx.Response) -> str | None:
+    """`host:port` the response came from, for an error message; None when it has no request
+    (then describe_failure asks the exception's own)."""
+    try:
+        return upstream_origin(upstream.request.url)
+    except RuntimeError:  # httpx: no request was set on the response
+        return None

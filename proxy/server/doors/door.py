@@ -1,0 +1,171 @@
+"""What a door supplies to the one exchange runner (server/exchange_runner.py): its name and
+path, how its client's request becomes the chat request, its error shape, and how it renders
+the answer the answer machine (repair/answer.py) reads. A door knows its protocol; the runner
+knows the exchange; neither knows the other's.
+
+Each door is declared once, in its own module of this package, and listed in `DOORS`
+(__init__.py): its route, its `streamfix.front` on spans, its replay rendering and its
+recorded heartbeats all hang off that declaration.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
+
+import httpx
+from starlette.datastructures import Headers
+from starlette.requests import Request
+from starlette.responses import Response
+
+from proxy.fronts.turns import TurnStore
+from proxy.repair.answer import End, Piece, Whole
+from proxy.server.record import ExchangeRecord
+from proxy.upstream.headers import RawHeaders
+from proxy.upstream.routes import UpstreamRoute
+
+
+class FrontRequest(Protocol):
+    """A door's translation of its request: the chat request and what the translation did."""
+
+    @property
+    def chat(self) -> dict[str, Any]: ...
+
+    @property
+    def counts(self) -> dict[str, int]: ...
+
+    @property
+    def stream(self) -> bool: ...
+
+
+class Rendering(Protocol):
+    """One answer in a door's protocol, fed by the runner from the answer machine: `start()`
+    at once, `pieces()` for what each upstream read completed, `heartbeat()` in the client's
+    silences, then `settle(end, last)` with the last pieces, the turn kept (`turn()`), and only
+    then `terminal()`: a client fires its next request the moment the terminal arrives, and
+    that request may carry the token naming the turn."""
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """What the rendering itself did, booked on the exchange beside the repairs."""
+        ...
+
+    @property
+    def relays_bytes(self) -> bool:
+        """True for a door whose client speaks chat: after the upstream's own error it gets
+        the upstream's remaining bytes as received; a door that renders its own end stops
+        there."""
+        ...
+
+    @property
+    def answer_id(self) -> str: ...
+
+    def start(self) -> bytes: ...
+
+    def pieces(self, pieces: list[Piece]) -> bytes: ...
+
+    def heartbeat(self) -> bytes:
+        """What keeps the client's idle timer alive and says nothing else."""
+        ...
+
+    def settle(self, end: End, last: list[Piece]) -> bytes:
+        """The last pieces and everything up to the terminal event."""
+        ...
+
+    def terminal(self) -> bytes: ...
+
+    def turn(self) -> dict[str, Any] | None:
+        """The repaired assistant message, receipts attached, to keep under the token this
+        answer carries; None when it carries none or did not end cleanly."""
+        ...
+
+
+F = TypeVar("F", bound=FrontRequest)
+R = TypeVar("R", bound=Rendering)
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """What a door sees of its exchange: the request as it goes upstream (the door's own
+    headers rewritten), the client's headers as sent, the route, and the turn store of this
+    tenant on this upstream."""
+
+    request: Request
+    client_headers: Headers
+    route: UpstreamRoute
+    turns: TurnStore
+
+
+class Door(ABC, Generic[F, R]):
+    """One door's protocol around the chat exchange."""
+
+    name: ClassVar[str]
+    """`streamfix.front` on the exchange's span, and the door's name in logs."""
+    path: ClassVar[str]
+    """The door's route (`POST`)."""
+    store_failed_kind: ClassVar[str] = "turn_store_failed"
+    """What the runner counts when the store did not take an answer's turn or records."""
+    sends_client_bytes: ClassVar[bool] = False
+    """True when the client's own bytes go upstream if no repair changed its request (a chat
+    client's): no re-encoding on the way up."""
+    keeps_client_request: ClassVar[bool] = True
+    """A recording keeps the client's own request beside the chat request it became (a front:
+    a chat cassette's request is the client's already)."""
+    relays_refusals: ClassVar[bool] = False
+    """True when an upstream's refusal reaches the client as the upstream sent it (its client
+    speaks the upstream's protocol); else the door renders it in its own shape."""
+    relays_unframed_streams: ClassVar[bool] = False
+    """True when a streamed request answered with a body that is not an event stream is
+    relayed as received; else the door renders that whole answer as its stream."""
+
+    def chat_headers(self, raw: RawHeaders) -> RawHeaders:
+        """The client's headers as the chat upstream takes them (unchanged by default)."""
+        return raw
+
+    @abstractmethod
+    def parse(self, raw: bytes) -> dict[str, Any]:
+        """The client's request body; raises `Refused` for one that is not a request."""
+
+    @abstractmethod
+    async def translate(self, body: dict[str, Any], arrival: Arrival) -> F:
+        """The door's request as chat; raises `Refused` for one the door refuses."""
+
+    @abstractmethod
+    def error(self, status: int, message: str, code: str) -> Response:
+        """The proxy's own error, in the door's shape."""
+
+    def restyled(self, response: Response) -> Response:
+        """An error the proxy answered in OpenAI's shape (keys, limits, an unreachable
+        upstream), in the door's (unchanged by default)."""
+        return response
+
+    @abstractmethod
+    def upstream_refusal(self, status: int, body: bytes) -> Response:
+        """An upstream's error body (as much as was read), in the door's shape."""
+
+    @abstractmethod
+    def rendering(
+        self, front: F, body: dict[str, Any], arrival: Arrival, record: ExchangeRecord
+    ) -> R:
+        """The rendering of this exchange's answer."""
+
+    @abstractmethod
+    def stream_head(
+        self, upstream: httpx.Response, record: ExchangeRecord
+    ) -> tuple[int, RawHeaders]:
+        """The status and headers of a streamed answer (the SSE headers are the runner's)."""
+
+    @abstractmethod
+    def whole_answer(
+        self, front: F, rendering: R, whole: Whole, upstream: httpx.Response, record: ExchangeRecord
+    ) -> Response:
+        """An answer read whole (a body, or a stream folded into one), ended as `whole.end`
+        says, as the door's response with the exchange's `x-request-id` (the runner adds the
+        repairs header once the exchange is booked)."""
+
+    def records(
+        self, front: F, forwarded: dict[str, Any], rendering: R, turn: dict[str, Any] | None
+    ) -> dict[str, dict[str, Any]]:
+        """What the door keeps beside the turn (unscoped store keys): nothing by default."""
+        return {}
