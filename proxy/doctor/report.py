@@ -8,10 +8,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from proxy.doctor.examine import Problem
+from proxy.learning.refusal_rules import REQUEST_RULES
 from proxy.repair.profiles import PROFILES, profile_from_base_url
 from proxy.repair.rules import RouteRuleKeys, resolve
 from proxy.settings.toml_text import dumps
-from proxy.upstream.refusal_rules import REQUEST_RULES
 
 FINE, FIXED, NOT_FIXABLE = "fine", "fixed", "not_fixable"
 

@@ -23,8 +23,8 @@ from typing import Any
 from proxy.fronts import receipt_tokens
 from proxy.repair.profiles import ReceiptRule
 from proxy.repair.receipts.capture import FieldBuilder
-from proxy.repair.receipts.store import ReceiptStore
 from proxy.repair.tenancy import ReceiptScope
+from proxy.store.protocol import ReceiptStore
 
 Message = dict[str, Any]
 

@@ -15,13 +15,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from proxy.learning.refusals import open_learning
 from proxy.repair.phases import Phases
-from proxy.repair.receipts.opening import open_store
-from proxy.repair.receipts.store import ReceiptStore
 from proxy.repair.repairs import ChainOptions
 from proxy.repair.rules import RouteRules
 from proxy.repair.tally import Tally
 from proxy.repair.tenancy import ReceiptScope
+from proxy.routing.routes import CHAT_PATH, Router
 from proxy.server import messages as messages_front
 from proxy.server import responses_endpoint
 from proxy.server.asgi import StreamfixApp, http_error, internal_error
@@ -49,9 +49,9 @@ from proxy.server.tracing import Tracing
 from proxy.settings.chain import chain_options
 from proxy.settings.schema import Settings
 from proxy.settings.values import ConfigError, parse_keys
+from proxy.store.opening import open_store
+from proxy.store.protocol import ReceiptStore
 from proxy.upstream.body_decoding import decoder_for
-from proxy.upstream.refusals import open_learning
-from proxy.upstream.routes import CHAT_PATH, Router
 from proxy.upstream.transports import upstream_transport
 from proxy.wire import json_codec
 

@@ -15,8 +15,8 @@ from starlette.responses import Response
 
 from proxy.fronts.translator import Translator
 from proxy.fronts.turns import TurnStore
+from proxy.routing.routes import UpstreamRoute
 from proxy.upstream.headers import RawHeaders
-from proxy.upstream.routes import UpstreamRoute
 
 
 class FrontRequest(Protocol):

@@ -33,19 +33,19 @@ from proxy.fronts.translator import Refused
 from proxy.fronts.turns import TurnStore
 from proxy.repair.phases import Phases
 from proxy.repair.pipeline import RepairChain, chunks_until_error
-from proxy.repair.receipts.store import ReceiptStore
 from proxy.repair.rules import RouteRules
 from proxy.repair.stream_fold import folded_completion
 from proxy.repair.tally import Tally
 from proxy.repair.tenancy import ReceiptScope
+from proxy.routing.routes import CHAT_PATH, Router
 from proxy.server.delivery import SSE_HEADERS, ClosingBody, raw_body, repairs_header
 from proxy.server.doors import Arrival, Door, F, T
 from proxy.server.exchanges import Exchanges, Rebuilt, headed, plain_record, request_id_of
 from proxy.server.front_stream import front_events
 from proxy.server.record import ExchangeRecord
 from proxy.server.streamed_response import StreamedResponse
+from proxy.store.protocol import ReceiptStore
 from proxy.upstream.body_decoding import Decoder, decoded, decoder_for, read_limited
-from proxy.upstream.routes import CHAT_PATH, Router
 from proxy.wire import json_codec
 from proxy.wire.limits import LimitExceeded
 from proxy.wire.sse import SSEDecoder

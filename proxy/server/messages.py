@@ -22,10 +22,10 @@ from starlette.responses import JSONResponse, Response
 from proxy.fronts.messages import events as message_events
 from proxy.fronts.messages.request import MessagesError, Translated, error_body, translate
 from proxy.fronts.turns import restore_turns
+from proxy.routing.routes import Router
 from proxy.server.doors import Arrival, Door
 from proxy.server.exchanges import Exchanges, plain_record, request_id_of
 from proxy.upstream.headers import RawHeaders
-from proxy.upstream.routes import Router
 from proxy.wire import json_codec
 
 STORE_FAILED_KIND = "messages_store_failed"

@@ -9,14 +9,14 @@ from typing import Any
 from proxy.repair.forwarded import Forwarded
 from proxy.repair.phases import Phases
 from proxy.repair.pipeline import RepairChain
-from proxy.repair.receipts.memory_store import MemoryStore
-from proxy.repair.receipts.store import ReceiptStore
 from proxy.repair.request_phase import RequestContext, RequestRepair
 from proxy.repair.rules import RouteRules
 from proxy.repair.tally import Tally
 from proxy.repair.tenancy import ReceiptScope
 from proxy.settings.chain import chain_options
 from proxy.settings.schema import Settings
+from proxy.store.memory_store import MemoryStore
+from proxy.store.protocol import ReceiptStore
 
 NO_TENANT = ReceiptScope(None, "none")
 

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from proxy.repair.forwarded import Forwarded
 from proxy.repair.markup.families import FAMILIES
 from proxy.repair.pipeline import Link
-from proxy.repair.receipts.store import ReceiptStore
 from proxy.repair.repairs.call_ids import ReusedCallIdRepair
 from proxy.repair.repairs.content_parts import ContentPartsRepair
 from proxy.repair.repairs.finish_reason import FinishReasonRepair
@@ -32,6 +31,7 @@ from proxy.repair.repairs.tool_names import ToolNamesRenamed, ToolNamesRestored
 from proxy.repair.repairs.tool_schemas import ToolSchemaRepair
 from proxy.repair.request_phase import RequestRepair
 from proxy.repair.tally import Tally
+from proxy.store.protocol import ReceiptStore
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,8 +12,8 @@ from proxy.repair.pipeline import Chunk, Link
 from proxy.repair.profiles import ReceiptRule
 from proxy.repair.receipts import injection
 from proxy.repair.receipts.capture import FieldBuilder
-from proxy.repair.receipts.store import MAX_VALUE_BYTES, ReceiptStore
 from proxy.repair.tally import Tally
+from proxy.store.protocol import MAX_VALUE_BYTES, ReceiptStore
 from proxy.wire import json_codec
 from proxy.wire.json_paths import get_path, set_path
 

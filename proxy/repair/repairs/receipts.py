@@ -28,8 +28,8 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.repair.receipts import injection
-from proxy.repair.receipts.store import ReceiptStore
 from proxy.repair.request_phase import RequestContext, RequestRepair
+from proxy.store.protocol import ReceiptStore
 
 
 class ReceiptLookup(RequestRepair):

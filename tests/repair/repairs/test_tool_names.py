@@ -19,8 +19,8 @@ from proxy.repair.pipeline import RepairChain, repaired_stream
 from proxy.repair.profiles import PROFILES
 from proxy.repair.rules import RouteRules
 from proxy.repair.tally import Tally
+from proxy.routing.routes import Router
 from proxy.settings.schema import ConfigError, Settings
-from proxy.upstream.routes import Router
 from proxy.wire.sse import SSEDecoder
 from tests.support.phases import exchange as both_phases
 from tests.support.streams import assembled_calls

@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
-from proxy.repair.config_values import ConfigError
-from proxy.repair.receipts.memory_store import MemoryStore
-from proxy.repair.receipts.redis_connection import RedisOptions
-from proxy.repair.receipts.redis_store import RedisStore
-from proxy.repair.receipts.store import ReceiptStore
+from proxy.store.memory_store import MemoryStore
+from proxy.store.protocol import ReceiptStore
+from proxy.store.redis_connection import RedisOptions
+from proxy.store.redis_store import RedisStore
+from proxy.wire.config_values import ConfigError
 
 CREDENTIALS = {
     "username": "STREAMFIX_REDIS_USERNAME",

@@ -6,11 +6,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 
-from proxy.repair.receipts.memory_store import MemoryStore
-from proxy.repair.receipts.redis_connection import RedisOptions, redis_client
-from proxy.repair.receipts.redis_store import RedisStore
-from proxy.repair.receipts.store import ReceiptStore
 from proxy.settings.schema import Settings
+from proxy.store.memory_store import MemoryStore
+from proxy.store.protocol import ReceiptStore
+from proxy.store.redis_connection import RedisOptions, redis_client
+from proxy.store.redis_store import RedisStore
 from proxy.wire import json_codec
 
 KEY_PREFIX = "streamfix:learned:"

@@ -12,7 +12,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-from proxy.repair.receipts.store import Receipt
+from proxy.store.protocol import Receipt
 from proxy.wire import json_codec
 
 # What one memory-store entry holds beyond its key and value objects: the (expiry, value, size)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from proxy.repair.receipts.redis_connection import RedisConnection, RedisOptions
-from proxy.repair.receipts.store import Receipt
+from proxy.store.protocol import Receipt
+from proxy.store.redis_connection import RedisConnection, RedisOptions
 from proxy.wire import json_codec
 
 logger = logging.getLogger(__name__)
