@@ -25,7 +25,7 @@ HELPFUL_KEYS: tuple[tuple[str, str, str], ...] = (
 )
 
 LEARNED = "learned automatically; set it to skip the first refusal"
-"""Said where the proxy learned a key from the upstream's refusal (upstream/refusal_rules.py)."""
+"""Said where the proxy learned a key from the upstream's refusal (learning/refusal_rules.py)."""
 _LEARNED_KINDS = {rule.kind: rule.key for rule in REQUEST_RULES}
 
 

@@ -38,7 +38,7 @@ from proxy.learning.refusal_reading import read_refusal, resent
 from proxy.learning.refusal_rules import REQUEST_RULES
 from proxy.repair.rules import RouteRules
 from proxy.settings.schema import Settings
-from proxy.store.protocol import ReceiptStore
+from proxy.store.protocol import Store
 from proxy.wire import json_codec
 
 
@@ -211,6 +211,7 @@ class RefusalLearning:
         await self.memory.aclose()
 
 
-def open_learning(settings: Settings, receipts: ReceiptStore) -> RefusalLearning:
-    """Learned rules kept beside `receipts` (on Redis, on its connection)."""
-    return RefusalLearning(open_memory(settings, receipts))
+def open_learning(settings: Settings, shared: Store) -> RefusalLearning:
+    """Learned rules kept beside what the app's `shared` store keeps (on Redis, on its
+    connection)."""
+    return RefusalLearning(open_memory(settings, shared))

@@ -22,11 +22,11 @@ from proxy.repair.request_phase import request_phase
 from proxy.repair.rules import RouteRules
 from proxy.repair.tally import Tally
 from proxy.repair.tenancy import ReceiptScope
-from proxy.store.protocol import ReceiptStore
+from proxy.store.protocol import Store
 
 
 class Phases:
-    def __init__(self, options: ChainOptions, store: ReceiptStore) -> None:
+    def __init__(self, options: ChainOptions, store: Store) -> None:
         self.options = options
         self.store = store
         self.request_repairs = request_repairs(options, store)

@@ -50,7 +50,7 @@ from proxy.settings.chain import chain_options
 from proxy.settings.schema import Settings
 from proxy.settings.values import ConfigError, parse_keys
 from proxy.store.opening import open_store
-from proxy.store.protocol import ReceiptStore
+from proxy.store.protocol import Store as ReceiptStore
 from proxy.upstream.body_decoding import decoder_for
 from proxy.upstream.transports import upstream_transport
 from proxy.wire import json_codec

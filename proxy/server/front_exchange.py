@@ -44,7 +44,7 @@ from proxy.server.exchanges import Exchanges, Rebuilt, headed, plain_record, req
 from proxy.server.front_stream import front_events
 from proxy.server.record import ExchangeRecord
 from proxy.server.streamed_response import StreamedResponse
-from proxy.store.protocol import ReceiptStore
+from proxy.store.protocol import Store as ReceiptStore
 from proxy.upstream.body_decoding import Decoder, decoded, decoder_for, read_limited
 from proxy.wire import json_codec
 from proxy.wire.limits import LimitExceeded

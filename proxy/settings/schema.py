@@ -1,7 +1,7 @@
 """Configuration: frozen dataclasses, and the one place that turns the config file, `STREAMFIX_*`
 variables and flags into settings. Secrets never become settings: the proxy's own keys
 (`STREAMFIX_API_KEYS`) and each route's key (`api_key_env`) are read from the environment by
-the code that uses them (`server/app.py`, `upstream/routes.py`), and shown only masked.
+the code that uses them (`server/app.py`, `routing/routes.py`), and shown only masked.
 
 Precedence, lowest first: built-in defaults, the TOML config file, `STREAMFIX_*` environment
 variables, command-line flags (passed in as `overrides`).

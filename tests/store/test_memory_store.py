@@ -1,4 +1,4 @@
-"""The memory receipt store: the bounded in-process LRU (TTL, recency, byte budget)."""
+"""The memory store: the bounded in-process LRU (TTL, recency, byte budget)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The Redis receipt store against a real redis-server.
+"""The Redis store against a real redis-server.
 
 A store failure must never fail a request, so the tests take the server away mid-test (or
 pause it, for a Redis that is slow rather than gone) and check that every call still returns,

@@ -16,7 +16,7 @@ from proxy.repair.tenancy import ReceiptScope
 from proxy.settings.chain import chain_options
 from proxy.settings.schema import Settings
 from proxy.store.memory_store import MemoryStore
-from proxy.store.protocol import ReceiptStore
+from proxy.store.protocol import Store
 
 NO_TENANT = ReceiptScope(None, "none")
 
@@ -44,7 +44,7 @@ def apply(
     return changed, context
 
 
-def phases(settings: Settings | None = None, store: ReceiptStore | None = None) -> Phases:
+def phases(settings: Settings | None = None, store: Store | None = None) -> Phases:
     """The default phases of `settings`, strict (a failing repair raises)."""
     options = chain_options((settings or Settings()).with_values({"repairs.strict": True}))
     return Phases(options, store or MemoryStore(max_entries=100, ttl_seconds=60))
@@ -55,7 +55,7 @@ def exchange(
     rules: RouteRules | None = None,
     *,
     settings: Settings | None = None,
-    store: ReceiptStore | None = None,
+    store: Store | None = None,
     scope: ReceiptScope = NO_TENANT,
     tally: Tally | None = None,
 ) -> tuple[RepairChain, Forwarded, Tally, bool]:

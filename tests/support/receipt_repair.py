@@ -24,10 +24,10 @@ from proxy.repair.rules import RouteRules
 from proxy.repair.tally import Tally
 from proxy.repair.tenancy import ReceiptScope
 from proxy.store.memory_store import MemoryStore
-from proxy.store.protocol import ReceiptStore
+from proxy.store.protocol import Store
 
 
-def receipt_request_repairs(store: ReceiptStore, placeholder: bool = True) -> list[RequestRepair]:
+def receipt_request_repairs(store: Store, placeholder: bool = True) -> list[RequestRepair]:
     """The receipt request repairs, in the order the default list runs them."""
     placeholders: list[RequestRepair] = [CurrentTurnPlaceholders()] if placeholder else []
     return [
@@ -40,7 +40,7 @@ def receipt_request_repairs(store: ReceiptStore, placeholder: bool = True) -> li
 
 
 def receipt_request(
-    store: ReceiptStore,
+    store: Store,
     rules: RouteRules,
     scope: ReceiptScope,
     body: dict[str, Any],
