@@ -35,8 +35,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.reader_task_pings import with_pings
 from proxy.server.keepalive import Keepalive
-from proxy.server.quiet_pings import with_pings
 
 INTERVAL = 15.0
 PIECE = b'data: {"choices":[{"index":0,"delta":{"content":"hello"}}]}\n\n'

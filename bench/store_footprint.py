@@ -36,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from proxy.repair.receipts.memory_store import MemoryStore
+from proxy.store.memory_store import MemoryStore
 
 MiB = 1024 * 1024
 TENANTS = 50

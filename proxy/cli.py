@@ -296,8 +296,8 @@ def _explain(args: argparse.Namespace) -> int:
 
 
 def _config(args: argparse.Namespace) -> int:
+    from proxy.routing.rules_view import learned, rules_in_force
     from proxy.settings.display import as_toml, masked
-    from proxy.upstream.rules_view import learned, rules_in_force
 
     settings = _settings(args)
     document = masked(settings, os.environ)

@@ -16,12 +16,12 @@ from proxy.fronts.rendering import Rendering
 from proxy.fronts.responses import replay as responses_replay
 from proxy.repair.conformance import violations
 from proxy.repair.phases import Phases
+from proxy.routing.routes import CHAT_PATH
 from proxy.server.app import PhasesFactory, create_app
 from proxy.server.delivery_mode import Mode, delivery_mode
 from proxy.settings.schema import Settings
 from proxy.upstream.cassettes import Cassette
 from proxy.upstream.recording import ReplayTransport
-from proxy.upstream.routes import CHAT_PATH
 
 
 @dataclass(frozen=True)

@@ -16,16 +16,19 @@ PACKAGE = Path(proxy.__file__).parent
 LAYERS = {
     "proxy": 0,  # the package's own __init__: a docstring and the version
     "proxy.wire": 0,
-    "proxy.repair": 1,
-    "proxy.settings": 2,
-    "proxy.upstream": 3,
-    "proxy.fronts": 3,  # translators around the core (FRONTS.md); the server wires them
-    "proxy.server": 4,
-    "proxy.explain": 5,
-    "proxy.doctor": 5,
-    "proxy.replay_check": 5,
-    "proxy.cli": 5,
-    "proxy.__main__": 5,
+    "proxy.store": 1,  # what is kept between exchanges, for every room above
+    "proxy.repair": 2,
+    "proxy.settings": 3,
+    "proxy.upstream": 4,  # the transport and the recording seam
+    "proxy.learning": 5,  # what an upstream's refusals and answers teach
+    "proxy.routing": 5,
+    "proxy.fronts": 6,  # translators around the core (FRONTS.md); the server wires them
+    "proxy.server": 7,
+    "proxy.explain": 8,
+    "proxy.doctor": 8,
+    "proxy.replay_check": 8,
+    "proxy.cli": 8,
+    "proxy.__main__": 8,
 }
 
 ALLOWED: set[tuple[str, str]] = set()

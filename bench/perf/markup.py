@@ -170,11 +170,11 @@ def recogniser_in_process(rounds: int = 25, streams: int = 80) -> dict[str, Any]
     from proxy.repair.forwarded import Forwarded
     from proxy.repair.markup.rules import MarkupRules
     from proxy.repair.phases import Phases
-    from proxy.repair.receipts.memory_store import MemoryStore
     from proxy.repair.rules import RouteRules
     from proxy.repair.tally import Tally
     from proxy.settings.chain import chain_options
     from proxy.settings.schema import Settings
+    from proxy.store.memory_store import MemoryStore
 
     options = chain_options(Settings())
     raws = [event[len(b"data: ") :].strip() for event in text_events(MARKUP_MODEL, EVENTS)]

@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 
 from proxy.doctor.probe import Limits, dumps, send, upstream_body, upstream_text
-from proxy.upstream.error_messages import error_messages
+from proxy.learning.error_messages import error_messages
 
 MIN_OUTPUT_TOKENS = 16
 """OpenAI's least `max_output_tokens`: the bound should a server take the probe after all."""

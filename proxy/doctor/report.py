@@ -8,10 +8,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from proxy.doctor.examine import Problem
+from proxy.learning.refusal_rules import REQUEST_RULES
 from proxy.repair.profiles import PROFILES, profile_from_base_url
 from proxy.repair.rules import RouteRuleKeys, resolve
 from proxy.settings.toml_text import dumps
-from proxy.upstream.refusal_rules import REQUEST_RULES
 
 FINE, FIXED, NOT_FIXABLE = "fine", "fixed", "not_fixable"
 
@@ -25,7 +25,7 @@ HELPFUL_KEYS: tuple[tuple[str, str, str], ...] = (
 )
 
 LEARNED = "learned automatically; set it to skip the first refusal"
-"""Said where the proxy learned a key from the upstream's refusal (upstream/refusal_rules.py)."""
+"""Said where the proxy learned a key from the upstream's refusal (learning/refusal_rules.py)."""
 _LEARNED_KINDS = {rule.kind: rule.key for rule in REQUEST_RULES}
 
 

@@ -12,11 +12,11 @@ import httpx
 from proxy.explain.attribution import AttributingPhases, Attribution, BodyChange, Label, Step
 from proxy.explain.front import FrontView, front_view
 from proxy.repair.pipeline import as_chunk, is_done, is_upstream_error
-from proxy.repair.receipts.store import ReceiptStore
 from proxy.repair.repairs import ChainOptions
 from proxy.replay_check import delivery_of, replayed, settings_for
 from proxy.server.delivery_mode import Mode
 from proxy.settings.schema import Settings
+from proxy.store.protocol import Store
 from proxy.upstream.body_decoding import decoder_for
 from proxy.upstream.cassettes import Cassette
 from proxy.wire.sse import DONE, SSEDecoder, SSEEvent
@@ -83,7 +83,7 @@ async def explain(path: Path, settings: Settings) -> Explanation:
     cassette = load(path)
     built: list[AttributingPhases] = []
 
-    def attributing(options: ChainOptions, store: ReceiptStore) -> AttributingPhases:
+    def attributing(options: ChainOptions, store: Store) -> AttributingPhases:
         phases = AttributingPhases(options, store)
         built.append(phases)
         return phases

@@ -4,10 +4,10 @@ A Responses client echoes a reasoning item's `encrypted_content`, an Anthropic c
 thinking block's `signature`, byte for byte. Either holds a receipt token
 (fronts/receipt_tokens.py) naming `turn:{answer id}`: the repaired assistant chat message of
 that answer, its receipts attached (Gemini's signatures on the message and on each call,
-`reasoning_content`, `reasoning_details`), kept in the receipt store's backend (so Redis
+`reasoning_content`, `reasoning_details`), kept in the store (proxy/store/; so Redis
 shares it between replicas, under the store's TTL), scoped per tenant and upstream. On the
 follow-up the front reads the token back and puts the turn's receipts on the assistant message
-it arrived with; the receipt store's own keys (call ids, text hashes) still apply after it,
+it arrived with; the receipts' own keys (call ids, text hashes) still apply after it,
 but a turn they cannot name (a text-only DeepSeek turn, a turn with reasoning and no text)
 comes back by the token alone.
 
@@ -23,8 +23,8 @@ from typing import Any
 from proxy.fronts import receipt_tokens
 from proxy.repair.profiles import ReceiptRule
 from proxy.repair.receipts.capture import FieldBuilder
-from proxy.repair.receipts.store import ReceiptStore
 from proxy.repair.tenancy import ReceiptScope
+from proxy.store.protocol import Store
 
 Message = dict[str, Any]
 
@@ -131,9 +131,9 @@ async def restore_turns(
 
 @dataclass(frozen=True, slots=True)
 class TurnStore:
-    """The fronts' view of the receipt store for one tenant on one upstream."""
+    """The fronts' view of the store (proxy/store/) for one tenant on one upstream."""
 
-    store: ReceiptStore
+    store: Store
     scope: ReceiptScope
 
     @property

@@ -29,7 +29,7 @@ class Forwarded:
     never edit it."""
     rules: RouteRules = field(default_factory=RouteRules)
     """What the route's upstream needs and allows, resolved once per route and profile
-    (`UpstreamRoute.rules`), with what its upstream refused before (upstream/refusals.py)."""
+    (`UpstreamRoute.rules`), with what its upstream refused before (learning/refusals.py)."""
     scope: ReceiptScope = field(default_factory=lambda: ReceiptScope(None, "none"))
     """No tenant unless the request showed a credential: no receipts kept or given."""
     tool_names_back: Mapping[str, str] = field(default_factory=lambda: NO_NAMES)

@@ -17,16 +17,16 @@ from typing import Any
 from proxy.repair.answer_watch import AnswerWatch
 from proxy.repair.forwarded import Forwarded
 from proxy.repair.pipeline import RepairChain
-from proxy.repair.receipts.store import ReceiptStore
 from proxy.repair.repairs import ChainOptions, request_repairs, stream_links
 from proxy.repair.request_phase import request_phase
 from proxy.repair.rules import RouteRules
 from proxy.repair.tally import Tally
 from proxy.repair.tenancy import ReceiptScope
+from proxy.store.protocol import Store
 
 
 class Phases:
-    def __init__(self, options: ChainOptions, store: ReceiptStore) -> None:
+    def __init__(self, options: ChainOptions, store: Store) -> None:
         self.options = options
         self.store = store
         self.request_repairs = request_repairs(options, store)

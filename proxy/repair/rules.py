@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 from proxy.repair.calls.tool_names import TOOL_NAME_RULES
-from proxy.repair.config_values import ConfigError, one_of
 from proxy.repair.dialects.schemas import DIALECTS
 from proxy.repair.markup.rules import REASONING_FIELDS, MarkupRules
 from proxy.repair.profiles import (
@@ -24,6 +23,7 @@ from proxy.repair.profiles import (
     MessageRules,
     ProviderProfile,
 )
+from proxy.wire.config_values import ConfigError, one_of
 
 SCHEMA_DIALECT_NAMES = ("auto", "none", *DIALECTS)
 TOOL_NAME_RULE_NAMES = ("auto", "none", *TOOL_NAME_RULES)
@@ -38,8 +38,8 @@ LEARNABLE_KEYS = (
     "think_opened_by_template",
 )
 """The keys the upstream may teach a route while they are "auto": by its refusal
-(proxy/upstream/refusal_rules.py), or by its answers (`think_opened_by_template`,
-proxy/upstream/answer_rules.py). A key set explicitly, to any value, is never learned."""
+(proxy/learning/refusal_rules.py), or by its answers (`think_opened_by_template`,
+proxy/learning/answer_rules.py). A key set explicitly, to any value, is never learned."""
 
 
 @dataclass(frozen=True, slots=True)

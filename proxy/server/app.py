@@ -15,10 +15,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from proxy.learning.refusals import open_learning
 from proxy.repair.phases import Phases
-from proxy.repair.receipts.opening import open_store
-from proxy.repair.receipts.store import ReceiptStore
 from proxy.repair.repairs import ChainOptions
+from proxy.routing.routes import Router
 from proxy.server.asgi import StreamfixApp, http_error, internal_error
 from proxy.server.body_limits import BodyBudget
 from proxy.server.chat_request import model_of
@@ -40,13 +40,13 @@ from proxy.server.tracing import Tracing
 from proxy.settings.chain import chain_options
 from proxy.settings.schema import Settings
 from proxy.settings.values import ConfigError, parse_keys
-from proxy.upstream.refusals import open_learning
-from proxy.upstream.routes import Router
+from proxy.store.opening import open_store
+from proxy.store.protocol import Store
 from proxy.upstream.transports import upstream_transport
 
 logger = logging.getLogger(__name__)
 
-PhasesFactory = Callable[[ChainOptions, ReceiptStore], Phases]
+PhasesFactory = Callable[[ChainOptions, Store], Phases]
 """Builds the app's two phases (once); `streamfix explain` passes one that attributes."""
 
 
@@ -76,7 +76,7 @@ class Proxy:
         # cookies, auth flows, redirects or URL merging, and they cost more than the relay.
         self.transport = transport or upstream_transport(settings, environ)
         self.started = False
-        self.store: ReceiptStore = open_store(settings.receipts, environ)
+        self.store: Store = open_store(settings.receipts, environ)
         self.phases = phases_factory(self.chain_options, self.store)
         # What upstreams refused before generating (400/422), and the one resend that follows.
         self.refusals = open_learning(settings, self.store)

@@ -8,9 +8,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from proxy.fronts.messages.request import MessagesError, translate
+from proxy.routing.routes import Router
 from proxy.server.doors.messages import MESSAGES
 from proxy.server.exchanges import Exchanges, plain_record, request_id_of
-from proxy.upstream.routes import Router
 from proxy.wire import json_codec
 
 

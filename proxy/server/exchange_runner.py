@@ -32,16 +32,16 @@ from starlette.responses import Response
 from proxy.fronts.translator import Refused
 from proxy.fronts.turns import TurnStore
 from proxy.repair.phases import Phases
-from proxy.repair.receipts.store import ReceiptStore
 from proxy.repair.rules import RouteRules
 from proxy.repair.tally import Tally
 from proxy.repair.tenancy import ReceiptScope
+from proxy.routing.routes import CHAT_PATH, Router
 from proxy.server.answer_delivery import Answer
 from proxy.server.chat_request import model_of
 from proxy.server.delivery_mode import Mode, delivery_mode
 from proxy.server.doors.door import Arrival, Door, F, R
 from proxy.server.exchanges import Exchanges, Rebuilt, plain_record, request_id_of
-from proxy.upstream.routes import CHAT_PATH, Router
+from proxy.store.protocol import Store
 from proxy.wire import json_codec
 
 
@@ -51,7 +51,7 @@ class ExchangeRunner:
 
     router: Router
     phases: Phases
-    store: ReceiptStore
+    store: Store
     exchanges: Exchanges
 
     async def run(self, door: Door[F, R], request: Request) -> Response:

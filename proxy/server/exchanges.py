@@ -20,10 +20,12 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import Response
 
+from proxy.learning.refusals import RefusalLearning
 from proxy.repair.forwarded import Forwarded
 from proxy.repair.rules import RouteRules
 from proxy.repair.tally import Tally
 from proxy.repair.tenancy import tenant_of
+from proxy.routing.routes import CHAT_PATH, UpstreamRoute, without_credential_parameters
 from proxy.server.auth import is_allowed
 from proxy.server.body_limits import BodyBudget
 from proxy.server.chat_request import read_body
@@ -39,8 +41,6 @@ from proxy.upstream.failures import describe_failure, upstream_origin
 from proxy.upstream.headers import RawHeaders, request_headers, response_headers
 from proxy.upstream.http1 import RETRIED
 from proxy.upstream.outgoing import outgoing_request
-from proxy.upstream.refusals import RefusalLearning
-from proxy.upstream.routes import CHAT_PATH, UpstreamRoute, without_credential_parameters
 
 logger = logging.getLogger("proxy.server.app")  # the exchange's log line keeps its logger
 

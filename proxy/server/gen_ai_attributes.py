@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 from proxy.repair.answer_facts import AnswerFacts
 
 if TYPE_CHECKING:
+    from proxy.routing.routes import UpstreamRoute
     from proxy.server.record import ExchangeRecord
-    from proxy.upstream.routes import UpstreamRoute
 
 OPERATION = "chat"
 _DEFAULT_PORTS = {"https": 443, "http": 80}

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 if TYPE_CHECKING:
+    from proxy.learning.refusals import Learned
     from proxy.server.record import ExchangeRecord
-    from proxy.upstream.refusals import Learned
 
 # Fields an exchange log line carries in `extra={"exchange": {...}}`.
 EXCHANGE = "exchange"

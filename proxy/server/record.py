@@ -29,7 +29,7 @@ class ExchangeRecord:
     model: object = None
     """The model the request names upstream (after a route's rename), when it named one."""
     provider: str = "-"
-    """The route's GenAI provider (upstream/provider_names.py), for spans and token metrics."""
+    """The route's GenAI provider (routing/provider_names.py), for spans and token metrics."""
     started: float = field(default_factory=time.monotonic)
     debug: bool = False
     """The client asked (`x-streamfix-debug: 1`) for the stream's repairs in an SSE comment."""

@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 from proxy import __version__
-from proxy.repair.receipts.opening import redis_options
+from proxy.routing.routes import Router, UpstreamRoute
 from proxy.settings.schema import Settings
-from proxy.upstream.routes import Router, UpstreamRoute
+from proxy.store.opening import redis_options
 
 
 def startup_line(settings: Settings, router: Router, keys_on: bool) -> str:

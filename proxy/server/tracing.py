@@ -33,8 +33,8 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
     from opentelemetry.trace import Span, TracerProvider
 
+    from proxy.routing.routes import UpstreamRoute
     from proxy.server.record import ExchangeRecord
-    from proxy.upstream.routes import UpstreamRoute
 
 logger = logging.getLogger(__name__)
 

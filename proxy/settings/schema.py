@@ -1,7 +1,7 @@
 """Configuration: frozen dataclasses, and the one place that turns the config file, `STREAMFIX_*`
 variables and flags into settings. Secrets never become settings: the proxy's own keys
 (`STREAMFIX_API_KEYS`) and each route's key (`api_key_env`) are read from the environment by
-the code that uses them (`server/app.py`, `upstream/routes.py`), and shown only masked.
+the code that uses them (`server/app.py`, `routing/routes.py`), and shown only masked.
 
 Precedence, lowest first: built-in defaults, the TOML config file, `STREAMFIX_*` environment
 variables, command-line flags (passed in as `overrides`).
@@ -16,9 +16,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from proxy.repair.profiles import PROFILES
-from proxy.repair.receipts.opening import host_and_port
-from proxy.repair.receipts.redis_connection import TLS_VERIFY_MODES
-from proxy.repair.receipts.store import MAX_VALUE_BYTES
 from proxy.repair.rules import RouteRuleKeys
 from proxy.settings.values import (
     ConfigError,
@@ -30,6 +27,9 @@ from proxy.settings.values import (
     read_toml,
     replace_checked,
 )
+from proxy.store.opening import host_and_port
+from proxy.store.protocol import MAX_VALUE_BYTES
+from proxy.store.redis_connection import TLS_VERIFY_MODES
 
 # Old section names still read, each as the section it became.
 SECTION_ALIASES = {"signatures": "receipts"}

@@ -16,8 +16,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 # Declared beneath the settings, where the route rules check their own keys; re-exported here.
-from proxy.repair.config_values import ConfigError as ConfigError
-from proxy.repair.config_values import one_of as one_of
+from proxy.wire.config_values import ConfigError as ConfigError
+from proxy.wire.config_values import one_of as one_of
 
 
 def is_http_url(url: str) -> bool:

@@ -168,7 +168,7 @@ def test_a_deepseek_like_upstream(capsys: pytest.CaptureFixture[str]) -> None:
     follow_up = row(document, "follow_up")
     assert "must be passed back to the API" in follow_up["observed"]
     assert "reasoning_content_injected" in follow_up["streamfix"]
-    # The proxy learns the name rule from the refusal (upstream/refusal_rules.py); the key is
+    # The proxy learns the name rule from the refusal (learning/refusal_rules.py); the key is
     # still suggested, to skip that first refusal.
     assert found["dotted_tool_name"] == "fixed"
     assert document["config"]["upstream"]["tool_names"] == "openai"
@@ -417,7 +417,7 @@ def test_a_vllm_qwen_like_upstream_refuses_a_late_system_message(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     document = doctor_json(upstreams.VLLM_QWEN, capsys)
-    # The proxy learns the merge from the refusal (upstream/refusal_rules.py).
+    # The proxy learns the merge from the refusal (learning/refusal_rules.py).
     assert verdicts(document) == {
         **dict.fromkeys(NAMES, "fine"),
         "two_system_messages": "fixed",

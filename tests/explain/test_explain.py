@@ -19,12 +19,12 @@ from proxy.explain.diff import MISSING
 from proxy.repair.forwarded import Forwarded
 from proxy.repair.phases import Phases
 from proxy.repair.pipeline import Link, RepairChain
-from proxy.repair.receipts.opening import open_store
 from proxy.repair.rules import RouteRules
 from proxy.repair.tally import Tally
 from proxy.repair.tenancy import ReceiptScope
 from proxy.settings.chain import chain_options
 from proxy.settings.schema import Settings
+from proxy.store.opening import open_store
 from tests.support.streams import chat_stream
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -21,8 +21,8 @@ import orjson
 import pytest
 import redis
 
+from proxy.routing.rules_view import learned
 from proxy.settings.schema import ReceiptSettings, Settings
-from proxy.upstream.rules_view import learned
 from tests.support.message_upstreams import (
     deepseek_roles,
     kimi_tool_content,

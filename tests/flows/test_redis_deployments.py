@@ -17,8 +17,8 @@ import httpx
 import pytest
 import redis
 
-from proxy.repair.receipts.redis_connection import RedisOptions
-from proxy.repair.receipts.redis_store import RedisStore
+from proxy.store.redis_connection import RedisOptions
+from proxy.store.redis_store import RedisStore
 from tests.support.proxy_process import run_cli
 from tests.support.reasoning_flows import FINAL_TEXTS
 from tests.support.reasoning_upstreams import DeepSeekUpstream, running_deepseek_upstream

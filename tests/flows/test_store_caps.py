@@ -21,9 +21,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from proxy.repair.receipts.memory_store import MemoryStore
 from proxy.server.app import create_app
 from proxy.settings.schema import Settings
+from proxy.store.memory_store import MemoryStore
 from tests.support.chat_requests import chat
 from tests.support.servers import OnLoop, serve_in_thread
 from tests.support.waiting import wait_until

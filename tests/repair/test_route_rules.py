@@ -7,12 +7,12 @@ from dataclasses import fields
 
 import pytest
 
-from proxy.repair.config_values import ConfigError
 from proxy.repair.markup.rules import MarkupRules
 from proxy.repair.profiles import PROFILES, MessageRules
 from proxy.repair.rules import RouteRuleKeys, RouteRules, resolve
+from proxy.routing.routes import Router
 from proxy.settings.schema import RouteSettings, Settings, UpstreamSettings
-from proxy.upstream.routes import Router
+from proxy.wire.config_values import ConfigError
 
 
 def test_default_rules_are_the_default_keys_on_the_evidence_profile() -> None:

@@ -12,10 +12,10 @@ import httpx
 import orjson
 import pytest
 
+from proxy.routing.provider_names import provider_name
 from proxy.server.app import create_app
 from proxy.server.tracing import Tracing
 from proxy.settings.schema import Settings
-from proxy.upstream.provider_names import provider_name
 from tests.support.fake_upstream import load_transcript
 from tests.support.servers import free_port, serve_in_thread
 from tests.support.tracing import exchange_spans, in_memory_exporter, traced_proxy

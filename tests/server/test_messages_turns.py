@@ -25,9 +25,9 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from proxy.repair.receipts.memory_store import MemoryStore
 from proxy.server.app import create_app
 from proxy.settings.schema import Settings
+from proxy.store.memory_store import MemoryStore
 from tests.fronts.messages_checks import parse, violations
 from tests.support.proxies import running_proxy
 from tests.support.raw_upstream import delta_chunk

@@ -9,14 +9,14 @@ from typing import Any
 from proxy.repair.forwarded import Forwarded
 from proxy.repair.phases import Phases
 from proxy.repair.pipeline import RepairChain
-from proxy.repair.receipts.memory_store import MemoryStore
-from proxy.repair.receipts.store import ReceiptStore
 from proxy.repair.request_phase import RequestContext, RequestRepair
 from proxy.repair.rules import RouteRules
 from proxy.repair.tally import Tally
 from proxy.repair.tenancy import ReceiptScope
 from proxy.settings.chain import chain_options
 from proxy.settings.schema import Settings
+from proxy.store.memory_store import MemoryStore
+from proxy.store.protocol import Store
 
 NO_TENANT = ReceiptScope(None, "none")
 
@@ -44,7 +44,7 @@ def apply(
     return changed, context
 
 
-def phases(settings: Settings | None = None, store: ReceiptStore | None = None) -> Phases:
+def phases(settings: Settings | None = None, store: Store | None = None) -> Phases:
     """The default phases of `settings`, strict (a failing repair raises)."""
     options = chain_options((settings or Settings()).with_values({"repairs.strict": True}))
     return Phases(options, store or MemoryStore(max_entries=100, ttl_seconds=60))
@@ -55,7 +55,7 @@ def exchange(
     rules: RouteRules | None = None,
     *,
     settings: Settings | None = None,
-    store: ReceiptStore | None = None,
+    store: Store | None = None,
     scope: ReceiptScope = NO_TENANT,
     tally: Tally | None = None,
 ) -> tuple[RepairChain, Forwarded, Tally, bool]:

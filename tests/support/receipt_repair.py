@@ -11,8 +11,6 @@ from typing import Any
 
 from proxy.repair.forwarded import Forwarded
 from proxy.repair.pipeline import RepairChain
-from proxy.repair.receipts.memory_store import MemoryStore
-from proxy.repair.receipts.store import ReceiptStore
 from proxy.repair.repairs.receipt_capture import ReceiptCapture
 from proxy.repair.repairs.receipts import (
     CurrentTurnPlaceholders,
@@ -25,9 +23,11 @@ from proxy.repair.request_phase import RequestRepair, request_phase
 from proxy.repair.rules import RouteRules
 from proxy.repair.tally import Tally
 from proxy.repair.tenancy import ReceiptScope
+from proxy.store.memory_store import MemoryStore
+from proxy.store.protocol import Store
 
 
-def receipt_request_repairs(store: ReceiptStore, placeholder: bool = True) -> list[RequestRepair]:
+def receipt_request_repairs(store: Store, placeholder: bool = True) -> list[RequestRepair]:
     """The receipt request repairs, in the order the default list runs them."""
     placeholders: list[RequestRepair] = [CurrentTurnPlaceholders()] if placeholder else []
     return [
@@ -40,7 +40,7 @@ def receipt_request_repairs(store: ReceiptStore, placeholder: bool = True) -> li
 
 
 def receipt_request(
-    store: ReceiptStore,
+    store: Store,
     rules: RouteRules,
     scope: ReceiptScope,
     body: dict[str, Any],

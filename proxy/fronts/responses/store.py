@@ -1,5 +1,5 @@
 """What the Responses front keeps between exchanges besides the turn (fronts/turns.py), in the
-receipt store's backend (so Redis shares it between replicas, under the receipt store's TTL),
+store (proxy/store/; so Redis shares it between replicas, under the store's TTL),
 scoped per tenant and upstream.
 
 - `turn:{response id}` (fronts/turns.py): the repaired assistant chat message of one
@@ -29,7 +29,7 @@ MAX_TRANSCRIPT_BYTES = 8 * 1_048_576
 
 @dataclass(frozen=True, slots=True)
 class ResponsesStore(TurnStore):
-    """The front's view of the receipt store for one tenant on one upstream."""
+    """The front's view of the store (proxy/store/) for one tenant on one upstream."""
 
     async def transcript(self, response_id: str) -> list[dict[str, Any]] | None:
         found = await self.get(f"resp:{response_id}")

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from proxy.repair.forwarded import Forwarded
 from proxy.repair.markup.families import FAMILIES
 from proxy.repair.pipeline import Link
-from proxy.repair.receipts.store import ReceiptStore
 from proxy.repair.repairs.call_ids import ReusedCallIdRepair
 from proxy.repair.repairs.content_parts import ContentPartsRepair
 from proxy.repair.repairs.finish_reason import FinishReasonRepair
@@ -32,6 +31,7 @@ from proxy.repair.repairs.tool_names import ToolNamesRenamed, ToolNamesRestored
 from proxy.repair.repairs.tool_schemas import ToolSchemaRepair
 from proxy.repair.request_phase import RequestRepair
 from proxy.repair.tally import Tally
+from proxy.store.protocol import Store
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +56,7 @@ class ChainOptions:
     """`[receipts] max_value_bytes`."""
 
 
-def request_repairs(options: ChainOptions, store: ReceiptStore) -> list[RequestRepair]:
+def request_repairs(options: ChainOptions, store: Store) -> list[RequestRepair]:
     """The request repairs of phase one, built once per process (they keep nothing between
     exchanges), in this order:
 
@@ -100,7 +100,7 @@ def request_repairs(options: ChainOptions, store: ReceiptStore) -> list[RequestR
 
 
 def stream_links(
-    options: ChainOptions, forwarded: Forwarded, tally: Tally, store: ReceiptStore
+    options: ChainOptions, forwarded: Forwarded, tally: Tally, store: Store
 ) -> list[Link]:
     """One exchange's stream links, built from what its request phase decided: a link with
     nothing to do for this exchange is left out. In this order:

@@ -20,7 +20,7 @@ class ParameterRepair(RequestRepair):
     agents built on them send these on every turn, so every turn fails. The profile's
     `parameters` table says which to drop and which to send under the upstream's own name
     (the value kept). Parameters this upstream refused before reach the table as drops at its
-    end (upstream/refusals.py learns them from its 400/422). A request carrying none of them is
+    end (learning/refusals.py learns them from its 400/422). A request carrying none of them is
     untouched."""
 
     async def apply(self, body: dict[str, Any], context: RequestContext) -> bool:

@@ -12,8 +12,8 @@ from proxy.repair.pipeline import Chunk, Link
 from proxy.repair.profiles import ReceiptRule
 from proxy.repair.receipts import injection
 from proxy.repair.receipts.capture import FieldBuilder
-from proxy.repair.receipts.store import MAX_VALUE_BYTES, ReceiptStore
 from proxy.repair.tally import Tally
+from proxy.store.protocol import MAX_VALUE_BYTES, Store
 from proxy.wire import json_codec
 from proxy.wire.json_paths import get_path, set_path
 
@@ -35,7 +35,7 @@ class ReceiptCapture(Link):
         self,
         forwarded: Forwarded,
         tally: Tally,
-        store: ReceiptStore,
+        store: Store,
         max_value_bytes: int = MAX_VALUE_BYTES,  # one default, which the settings take too
     ) -> None:
         self._forwarded = forwarded

@@ -28,15 +28,15 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.repair.receipts import injection
-from proxy.repair.receipts.store import ReceiptStore
 from proxy.repair.request_phase import RequestContext, RequestRepair
+from proxy.store.protocol import Store
 
 
 class ReceiptLookup(RequestRepair):
     """The one store read of an exchange: the stored receipts of every call and turn in the
     history that could carry one, for the receipt repairs after it. Changes nothing."""
 
-    def __init__(self, store: ReceiptStore) -> None:
+    def __init__(self, store: Store) -> None:
         self._store = store
 
     async def apply(self, body: dict[str, Any], context: RequestContext) -> bool:

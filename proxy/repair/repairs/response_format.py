@@ -36,7 +36,7 @@ class ResponseFormatDowngraded(RequestRepair):
     took schemas. Structured-output clients send exactly that: the AI SDK's `generateObject`,
     LangChain's `with_structured_output`, Claude Code's session title through the Messages
     front. With the route's `response_format_schema = "json_object"` (learned from that
-    refusal, proxy/upstream/refusal_rules.py, or set), the format goes up as
+    refusal, proxy/learning/refusal_rules.py, or set), the format goes up as
     `{"type": "json_object"}`, which these upstreams hold to valid JSON, and the schema, which
     JSON mode does not read, goes to the model as an instruction (`INSTRUCTION`, the schema
     compact after it). JSON mode also wants the word "json" in the prompt (DeepSeek: "Prompt

@@ -18,6 +18,7 @@ from starlette.responses import Response
 from proxy.fronts.translator import Refused
 from proxy.repair.answer import Aborted, Clean, End, Piece, UpstreamError, Whole
 from proxy.repair.tally import Tally
+from proxy.routing.routes import CHAT_PATH
 from proxy.server.chat_request import parse_chat_request
 from proxy.server.delivery import SSE_HEADERS, repairs_comment, repairs_header
 from proxy.server.doors.door import Arrival, Door
@@ -26,7 +27,6 @@ from proxy.server.exchanges import Exchanges
 from proxy.server.keepalive import COMMENT
 from proxy.server.record import ExchangeRecord
 from proxy.upstream.headers import RawHeaders
-from proxy.upstream.routes import CHAT_PATH
 from proxy.wire import json_codec
 from proxy.wire.error_bodies import read_error
 from proxy.wire.sse import DONE, encode

@@ -21,9 +21,9 @@ from starlette.responses import Response
 
 from proxy.fronts.turns import TurnStore
 from proxy.repair.answer import End, Piece, Whole
+from proxy.routing.routes import UpstreamRoute
 from proxy.server.record import ExchangeRecord
 from proxy.upstream.headers import RawHeaders
-from proxy.upstream.routes import UpstreamRoute
 
 
 class FrontRequest(Protocol):

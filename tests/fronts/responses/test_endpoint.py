@@ -164,7 +164,7 @@ def test_a_failed_store_write_is_counted_and_the_answer_still_completes(
     async def failing(items: dict[str, Any]) -> bool:
         return False
 
-    from proxy.repair.receipts.memory_store import MemoryStore
+    from proxy.store.memory_store import MemoryStore
 
     monkeypatch.setattr(MemoryStore, "put_many", lambda self, items: failing(items))
     with caplog.at_level(logging.WARNING):

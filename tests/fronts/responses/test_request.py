@@ -11,8 +11,8 @@ import pytest
 from proxy.fronts import receipt_tokens
 from proxy.fronts.responses.request import FrontError, Lookups, Translation, translate
 from proxy.fronts.responses.store import ResponsesStore
-from proxy.repair.receipts.memory_store import MemoryStore
 from proxy.repair.tenancy import ReceiptScope
+from proxy.store.memory_store import MemoryStore
 
 SCOPE = ReceiptScope("tenant-a", "upstream-1")
 

@@ -17,8 +17,8 @@ from proxy.repair.profiles import PROFILES, MessageRules, profile_for
 from proxy.repair.repairs.message_shapes import MessageShapeRepair
 from proxy.repair.rules import RouteRules
 from proxy.repair.tally import Tally
+from proxy.routing.routes import Router
 from proxy.settings.schema import ConfigError, Settings
-from proxy.upstream.routes import Router
 from tests.support.phases import apply
 
 NINE = re.compile(r"[A-Za-z0-9]{9}")

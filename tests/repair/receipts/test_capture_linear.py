@@ -19,11 +19,11 @@ from typing import Any
 from proxy.repair.forwarded import Forwarded
 from proxy.repair.profiles import PROFILES, ReceiptRule
 from proxy.repair.receipts.capture import FieldBuilder
-from proxy.repair.receipts.memory_store import MemoryStore
 from proxy.repair.repairs.receipt_capture import ReceiptCapture
 from proxy.repair.rules import RouteRules
 from proxy.repair.tally import Tally
 from proxy.repair.tenancy import ReceiptScope
+from proxy.store.memory_store import MemoryStore
 
 CONCAT = ReceiptRule("reasoning_content", ("reasoning_content",), "tool_turn", "concat")
 BY_INDEX = ReceiptRule("reasoning_details", ("reasoning_details",), "tool_turn", "by_index")

@@ -92,10 +92,10 @@ def test_the_open_webui_broken_round_is_healed() -> None:
 
 
 def test_repair_can_be_turned_off() -> None:
-    from proxy.repair.receipts.memory_store import MemoryStore
     from proxy.repair.repairs import request_repairs
     from proxy.settings.chain import chain_options
     from proxy.settings.schema import Settings
+    from proxy.store.memory_store import MemoryStore
 
     repairs = request_repairs(
         chain_options(Settings().with_values({"history.repair": False})), MemoryStore(1, 1)

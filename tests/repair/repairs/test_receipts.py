@@ -11,11 +11,11 @@ from proxy.repair.conformance import stream_chunks
 from proxy.repair.forwarded import Forwarded
 from proxy.repair.pipeline import RepairChain
 from proxy.repair.profiles import PROFILES, SKIP_SIGNATURE_VALIDATOR, profile_for
-from proxy.repair.receipts.memory_store import MemoryStore
 from proxy.repair.repairs.receipt_capture import ReceiptCapture
 from proxy.repair.rules import RouteRules
 from proxy.repair.tally import Tally
 from proxy.repair.tenancy import ReceiptScope, tenant_of
+from proxy.store.memory_store import MemoryStore
 from tests.support.fake_upstream import load_transcript
 from tests.support.receipt_repair import receipt_request
 

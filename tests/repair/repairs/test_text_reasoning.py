@@ -16,7 +16,6 @@ import pytest
 from proxy.repair.conformance import stream_chunks, violations
 from proxy.repair.markup.rules import MarkupRules
 from proxy.repair.pipeline import RepairChain
-from proxy.repair.receipts.memory_store import MemoryStore
 from proxy.repair.repairs import request_repairs, stream_links
 from proxy.repair.repairs.content_parts import ContentPartsRepair
 from proxy.repair.repairs.history import HistoryRepair
@@ -29,6 +28,7 @@ from proxy.repair.rules import RouteRules
 from proxy.repair.tally import Tally
 from proxy.settings.chain import chain_options
 from proxy.settings.schema import Settings
+from proxy.store.memory_store import MemoryStore
 from proxy.wire import json_codec
 from tests.repair.markup.test_recogniser import WEATHER
 from tests.support.phases import forwarded

@@ -18,8 +18,8 @@ from proxy.repair.pipeline import RepairChain
 from proxy.repair.profiles import PROFILES
 from proxy.repair.rules import RouteRules
 from proxy.repair.tally import Tally
+from proxy.routing.routes import Router
 from proxy.settings.schema import ConfigError, Settings
-from proxy.upstream.routes import Router
 from tests.support.phases import exchange as both_phases
 from tests.support.streams import assembled_calls, chat_stream
 

@@ -16,8 +16,8 @@ from proxy.repair.profiles import PROFILES, ProviderProfile
 from proxy.repair.repairs.tool_schemas import ToolSchemaRepair
 from proxy.repair.rules import RouteRules
 from proxy.repair.tally import Tally
+from proxy.routing.routes import Router
 from proxy.settings.schema import Settings
-from proxy.upstream.routes import Router
 from tests.repair.dialects.accepts import gemini_violations, moonshot_violations
 from tests.repair.dialects.samples import ALREADY_FINE, EDIT_TOOL, MCP_TOOL
 from tests.support.phases import apply

@@ -31,14 +31,14 @@ from typing import Any, Protocol, TypeVar
 
 import httpx
 
-from proxy.repair.receipts.store import ReceiptStore
+from proxy.learning.answer_rules import TEMPLATE_OPENS_THINK
+from proxy.learning.parameter_fallback import PARAMETERS
+from proxy.learning.refusal_memory import RefusalMemory, open_memory
+from proxy.learning.refusal_reading import read_refusal, resent
+from proxy.learning.refusal_rules import REQUEST_RULES
 from proxy.repair.rules import RouteRules
 from proxy.settings.schema import Settings
-from proxy.upstream.answer_rules import TEMPLATE_OPENS_THINK
-from proxy.upstream.parameter_fallback import PARAMETERS
-from proxy.upstream.refusal_memory import RefusalMemory, open_memory
-from proxy.upstream.refusal_reading import read_refusal, resent
-from proxy.upstream.refusal_rules import REQUEST_RULES
+from proxy.store.protocol import Store
 from proxy.wire import json_codec
 
 
@@ -211,6 +211,7 @@ class RefusalLearning:
         await self.memory.aclose()
 
 
-def open_learning(settings: Settings, receipts: ReceiptStore) -> RefusalLearning:
-    """Learned rules kept beside `receipts` (on Redis, on its connection)."""
-    return RefusalLearning(open_memory(settings, receipts))
+def open_learning(settings: Settings, shared: Store) -> RefusalLearning:
+    """Learned rules kept beside what the app's `shared` store keeps (on Redis, on its
+    connection)."""
+    return RefusalLearning(open_memory(settings, shared))

@@ -6,11 +6,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 
-from proxy.repair.receipts.memory_store import MemoryStore
-from proxy.repair.receipts.redis_connection import RedisOptions, redis_client
-from proxy.repair.receipts.redis_store import RedisStore
-from proxy.repair.receipts.store import ReceiptStore
 from proxy.settings.schema import Settings
+from proxy.store.memory_store import MemoryStore
+from proxy.store.protocol import Store
+from proxy.store.redis_connection import RedisOptions, redis_client
+from proxy.store.redis_store import RedisStore
 from proxy.wire import json_codec
 
 KEY_PREFIX = "streamfix:learned:"
@@ -24,12 +24,12 @@ MODEL_SHOWN = 200
 
 
 class RefusalMemory:
-    """One entry per (upstream, model, key), in a receipt store's shape with the store's TTL:
+    """One entry per (upstream, model, key), in a store (proxy/store/) with its TTL:
     Redis shares them between replicas, the memory store is bounded. A key is what a refusal
     rule remembers (a parameter's name); rules other than the parameters' put a `:` in theirs,
     which no parameter name has, so no two rules share an entry."""
 
-    def __init__(self, store: ReceiptStore, ttl_seconds: float) -> None:
+    def __init__(self, store: Store, ttl_seconds: float) -> None:
         self.store = store
         self.ttl_seconds = ttl_seconds
 
@@ -57,13 +57,14 @@ class RefusalMemory:
         await self.store.aclose()
 
 
-def open_memory(settings: Settings, receipts: ReceiptStore) -> RefusalMemory:
-    """Beside the receipts, under its own keys and `[parameters]` bounds: on Redis, on the
-    receipt store's very connection (one pool, one outage, logged once)."""
+def open_memory(settings: Settings, shared: Store) -> RefusalMemory:
+    """Beside what the app's store keeps (receipts, the fronts' state), under its own keys and
+    `[parameters]` bounds: on Redis, on that store's very connection (one pool, one outage,
+    logged once)."""
     bounds = settings.parameters
-    store: ReceiptStore
-    if isinstance(receipts, RedisStore):
-        store = receipts.sibling(bounds.ttl_seconds, KEY_PREFIX)
+    store: Store
+    if isinstance(shared, RedisStore):
+        store = shared.sibling(bounds.ttl_seconds, KEY_PREFIX)
     else:
         store = MemoryStore(bounds.max_entries, bounds.ttl_seconds)
     return RefusalMemory(store, bounds.ttl_seconds)

@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from proxy.learning.error_messages import error_messages
 from proxy.repair.profiles import MessageRules
 from proxy.repair.rules import RouteRules
-from proxy.upstream.error_messages import error_messages
 
 Request = Mapping[str, Any]
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import fields
 
+from proxy.learning.refusal_memory import learned_in_redis
 from proxy.repair.profiles import ParameterRule
-from proxy.repair.receipts.opening import redis_options
 from proxy.repair.tenancy import upstream_identity
+from proxy.routing.routes import UpstreamRoute, client_timeout
 from proxy.settings.schema import ReceiptSettings, UpstreamSettings
-from proxy.upstream.refusal_memory import learned_in_redis
-from proxy.upstream.routes import UpstreamRoute, client_timeout
+from proxy.store.opening import redis_options
 
 
 def rules_in_force(upstream: UpstreamSettings) -> str:

@@ -1,4 +1,4 @@
-"""Routes by model (proxy/upstream/routes.py `Router`): the first matching route wins, else the
+"""Routes by model (proxy/routing/routes.py `Router`): the first matching route wins, else the
 default upstream; every validation error names its key, and a route key read from a missing
 environment variable stops start-up.
 """
@@ -10,8 +10,8 @@ import re
 import pytest
 
 from proxy.repair.rules import resolve
+from proxy.routing.routes import CHAT_PATH, RULES_CACHED_MODELS, Router, upstream_url
 from proxy.settings.schema import ConfigError, Settings
-from proxy.upstream.routes import CHAT_PATH, RULES_CACHED_MODELS, Router, upstream_url
 
 
 def route(name: str, patterns: list[str], base_url: str, **extra) -> dict:

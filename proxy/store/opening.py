@@ -1,4 +1,4 @@
-"""The receipt store the settings name (`[receipts] store` and its `redis_*` keys), with the
+"""The store the settings name (`[receipts] store` and its `redis_*` keys), with the
 Redis credentials from the environment: secrets never become settings, so they are never
 printed by `streamfix config` or written into a config file.
 
@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
-from proxy.repair.config_values import ConfigError
-from proxy.repair.receipts.memory_store import MemoryStore
-from proxy.repair.receipts.redis_connection import RedisOptions
-from proxy.repair.receipts.redis_store import RedisStore
-from proxy.repair.receipts.store import ReceiptStore
+from proxy.store.memory_store import MemoryStore
+from proxy.store.protocol import Store
+from proxy.store.redis_connection import RedisOptions
+from proxy.store.redis_store import RedisStore
+from proxy.wire.config_values import ConfigError
 
 CREDENTIALS = {
     "username": "STREAMFIX_REDIS_USERNAME",
@@ -55,7 +55,7 @@ class StoreSettings(Protocol):
     def redis_cluster(self) -> bool: ...
 
 
-def open_store(settings: StoreSettings, environ: Mapping[str, str] | None = None) -> ReceiptStore:
+def open_store(settings: StoreSettings, environ: Mapping[str, str] | None = None) -> Store:
     if settings.store == "memory":
         return MemoryStore(
             settings.max_entries, settings.ttl_seconds, max_total_bytes=settings.max_total_bytes

@@ -1,5 +1,5 @@
-"""The request rules' refusals (proxy/upstream/refusal_rules.py) and the reader of every error
-shape (proxy/upstream/error_messages.py): each text calls for its rule in each shape an upstream
+"""The request rules' refusals (proxy/learning/refusal_rules.py) and the reader of every error
+shape (proxy/learning/error_messages.py): each text calls for its rule in each shape an upstream
 sends it in, and only for a request carrying what it names."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from typing import Any
 import orjson
 import pytest
 
+from proxy.learning.error_messages import error_messages
+from proxy.learning.parameter_fallback import PARAMETERS
+from proxy.learning.refusal_rules import REQUEST_RULES, rule_for
 from proxy.repair.profiles import PROFILES
 from proxy.repair.rules import RouteRuleKeys, RouteRules, resolve
-from proxy.upstream.error_messages import error_messages
-from proxy.upstream.parameter_fallback import PARAMETERS
-from proxy.upstream.refusal_rules import REQUEST_RULES, rule_for
 
 DEVELOPER = {"messages": [{"role": "developer", "content": "x"}, {"role": "user", "content": "y"}]}
 TOOLS = {"messages": [], "tools": [{"type": "function", "function": {"name": "a.b"}}]}

@@ -1,5 +1,5 @@
 """What a 400/422 body names, read from the real bodies upstreams send, and how long the proxy
-remembers it (proxy/upstream/parameter_fallback.py)."""
+remembers it (proxy/learning/parameter_fallback.py)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ import httpx
 import orjson
 import pytest
 
-from proxy.repair.receipts.memory_store import MemoryStore
-from proxy.upstream.parameter_fallback import (
+from proxy.learning.parameter_fallback import (
     MAX_ERROR_BYTES,
     ParameterMemory,
     named_parameters,
     read_rejection,
     rejected_parameters,
 )
+from proxy.store.memory_store import MemoryStore
 from tests.support.rejecting_upstream import (
     cerebras_value_unsupported,
     gemini_unknown_name,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from proxy.repair.receipts.store_health import StoreHealth
+from proxy.store.health import StoreHealth
 from proxy.wire.credentials import masked_url
 
 TLS_VERIFY_MODES = ("full", "ca", "none")

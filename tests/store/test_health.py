@@ -3,7 +3,7 @@ HOLD_OFF_SECONDS and then probed by one caller at a time; a refused one is tried
 
 from __future__ import annotations
 
-from proxy.repair.receipts.store_health import HOLD_OFF_SECONDS, StoreHealth
+from proxy.store.health import HOLD_OFF_SECONDS, StoreHealth
 
 
 class Clock:

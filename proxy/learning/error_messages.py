@@ -1,5 +1,5 @@
 """What an upstream's error body says, whatever shape it comes in: the messages a refusal rule
-reads (proxy/upstream/refusal_rules.py), taken from the bounded text of the error
+reads (proxy/learning/refusal_rules.py), taken from the bounded text of the error
 (refusal_reading.py), each one string.
 
 The shapes, each as upstreams send it:

@@ -1,4 +1,4 @@
-"""The Redis receipt store against a real redis-server.
+"""The Redis store against a real redis-server.
 
 A store failure must never fail a request, so the tests take the server away mid-test (or
 pause it, for a Redis that is slow rather than gone) and check that every call still returns,
@@ -19,10 +19,10 @@ import orjson
 import pytest
 import redis
 
-from proxy.repair.receipts.opening import open_store
-from proxy.repair.receipts.redis_connection import RedisOptions
-from proxy.repair.receipts.redis_store import RedisStore
 from proxy.settings.schema import ReceiptSettings
+from proxy.store.opening import open_store
+from proxy.store.redis_connection import RedisOptions
+from proxy.store.redis_store import RedisStore
 from tests.support.redis_server import RedisServer, started_redis_server
 
 # One store call while Redis is down must come back within this.
@@ -201,7 +201,7 @@ async def test_redis_reads_its_own_writes_before_redis_has_them(redis_server: Re
 
 # ── outages: logged once, bounded, recovered ─────────────────────────────────
 
-HEALTH_LOGGER = "proxy.repair.receipts.store_health"
+HEALTH_LOGGER = "proxy.store.health"
 
 
 def health_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:

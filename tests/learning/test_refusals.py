@@ -1,4 +1,4 @@
-"""The refusal learning at the upstream seam (proxy/upstream/refusals.py), in process: one send,
+"""The refusal learning at the upstream seam (proxy/learning/refusals.py), in process: one send,
 at most one resend, what was learned reported as a value and recalled for the next request, and
 a rule added as one more table entry."""
 
@@ -12,12 +12,12 @@ import httpx
 import orjson
 import pytest
 
+from proxy.learning.parameter_fallback import PARAMETERS
+from proxy.learning.refusal_memory import RefusalMemory
+from proxy.learning.refusals import NOTHING, RULES, RefusalLearning, RefusalRule
 from proxy.repair.profiles import PROFILES
-from proxy.repair.receipts.memory_store import MemoryStore
 from proxy.repair.rules import RouteRules
-from proxy.upstream.parameter_fallback import PARAMETERS
-from proxy.upstream.refusal_memory import RefusalMemory
-from proxy.upstream.refusals import NOTHING, RULES, RefusalLearning, RefusalRule
+from proxy.store.memory_store import MemoryStore
 from tests.support.rejecting_upstream import openai_unknown_parameter
 
 URL = "http://upstream.invalid/v1/chat/completions"

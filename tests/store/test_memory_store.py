@@ -1,4 +1,4 @@
-"""The memory receipt store: the bounded in-process LRU (TTL, recency, byte budget)."""
+"""The memory store: the bounded in-process LRU (TTL, recency, byte budget)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
 
-from proxy.repair.receipts.memory_store import MemoryStore, entry_bytes
-from proxy.repair.receipts.opening import open_store
 from proxy.settings.schema import ReceiptSettings
+from proxy.store.memory_store import MemoryStore, entry_bytes
+from proxy.store.opening import open_store
 from tests.support.redis_server import RedisServer, started_redis_server
 
 # One store call while Redis is down must come back within this (the brief says "~2 s").

@@ -8,10 +8,10 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from proxy.repair.receipts.memory_store import MemoryStore
-from proxy.repair.receipts.opening import open_store, redis_options
-from proxy.repair.receipts.redis_store import RedisStore
 from proxy.settings.schema import ReceiptSettings
+from proxy.store.memory_store import MemoryStore
+from proxy.store.opening import open_store, redis_options
+from proxy.store.redis_store import RedisStore
 from tests.support.redis_server import RedisServer, ensure_redis_server
 
 PASSWORD = "right-horse-battery-5c1"

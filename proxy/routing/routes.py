@@ -14,9 +14,9 @@ import httpx
 from proxy.repair.profiles import ProviderProfile, profile_for
 from proxy.repair.rules import RouteRules, resolve
 from proxy.repair.tenancy import upstream_identity
+from proxy.routing.provider_names import provider_name
 from proxy.settings.schema import Settings, UpstreamSettings
 from proxy.settings.values import ConfigError
-from proxy.upstream.provider_names import provider_name
 from proxy.wire.credentials import CREDENTIAL_PARAMETERS
 
 DEFAULT_ROUTE = "default"

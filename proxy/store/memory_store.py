@@ -1,4 +1,4 @@
-"""The receipt store in this process: a bounded least-recently-used table with a time to live.
+"""The store in this process: a bounded least-recently-used table with a time to live.
 
 Each process has its own: with several workers or replicas, a follow-up that lands on another
 one misses what this one kept (the start-up line says so; Redis shares them instead).
@@ -12,7 +12,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-from proxy.repair.receipts.store import Receipt
+from proxy.store.protocol import Value
 from proxy.wire import json_codec
 
 # What one memory-store entry holds beyond its key and value objects: the (expiry, value, size)
@@ -49,9 +49,9 @@ class MemoryStore:
     def __len__(self) -> int:
         return len(self._entries)
 
-    async def get_many(self, keys: list[str]) -> dict[str, Receipt]:
+    async def get_many(self, keys: list[str]) -> dict[str, Value]:
         now = self._clock()
-        found: dict[str, Receipt] = {}
+        found: dict[str, Value] = {}
         for key in keys:
             entry = self._entries.get(key)
             if entry is None:
@@ -64,11 +64,11 @@ class MemoryStore:
             found[key] = json_codec.loads(value)
         return found
 
-    async def put_many(self, items: dict[str, Receipt]) -> bool:
+    async def put_many(self, items: dict[str, Value]) -> bool:
         self._put(items)
         return True
 
-    def _put(self, items: dict[str, Receipt]) -> None:
+    def _put(self, items: dict[str, Value]) -> None:
         expires = self._clock() + self.ttl_seconds
         for key, value in items.items():
             if key in self._entries:
@@ -89,7 +89,7 @@ class MemoryStore:
     def _drop(self, key: str) -> None:
         self.total_bytes -= self._entries.pop(key)[2]
 
-    def put_later(self, items: dict[str, Receipt]) -> asyncio.Future[bool]:
+    def put_later(self, items: dict[str, Value]) -> asyncio.Future[bool]:
         self._put(items)  # in-process: nothing to wait for
         done = asyncio.get_running_loop().create_future()
         done.set_result(True)

@@ -1,4 +1,4 @@
-"""The first refusal rule (proxy/upstream/refusals.py): a request parameter the upstream
+"""The first refusal rule (proxy/learning/refusals.py): a request parameter the upstream
 rejected, dropped for the one resend, and remembered for that upstream and model.
 
 OpenAI-compatible upstreams refuse a whole request over one top-level parameter they do not
@@ -21,11 +21,11 @@ from typing import Any
 
 import httpx
 
+from proxy.learning.refusal_memory import RefusalMemory
+from proxy.learning.refusal_reading import MAX_ERROR_BYTES, read_refusal
 from proxy.repair.profiles import ParameterRule
 from proxy.repair.repairs.parameters import PROTECTED
 from proxy.repair.rules import RouteRules
-from proxy.upstream.refusal_memory import RefusalMemory
-from proxy.upstream.refusal_reading import MAX_ERROR_BYTES, read_refusal
 
 __all__ = [
     "LEARNED_KIND",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import tomllib
 
 from proxy.cli import main
+from proxy.routing.rules_view import rules_in_force
 from proxy.settings.schema import Settings
-from proxy.upstream.rules_view import rules_in_force
 
 GEMINI = "https://generativelanguage.googleapis.com/v1beta/openai"
 

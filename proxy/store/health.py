@@ -25,7 +25,8 @@ HOLD_OFF_SECONDS = 1.0
 
 
 class StoreHealth:
-    """One backend's state, shared by every store on it (receipts, learned rules)."""
+    """One backend's state, shared by every store on it (receipts and the fronts' state,
+    learned rules)."""
 
     def __init__(self, shown: str, clock: Callable[[], float] = time.monotonic) -> None:
         self.shown = shown

@@ -1,4 +1,4 @@
-"""The request rules learned from the refusal that calls for each (proxy/upstream/refusals.py):
+"""The request rules learned from the refusal that calls for each (proxy/learning/refusals.py):
 a route with a key left "auto" gets the rule the upstream's own 400/422 names, without a
 profile, so a gateway, a tunnel or a self-hosted server behind a plain host name works from the
 second send on.
@@ -19,9 +19,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from proxy.learning.error_messages import error_messages
+from proxy.learning.request_rule import Request, RequestRule
 from proxy.repair.repairs.response_format import asks_json_schema
-from proxy.upstream.error_messages import error_messages
-from proxy.upstream.request_rule import Request, RequestRule
 from proxy.wire.json_shapes import objects_in
 
 __all__ = ["BAD_REQUEST", "REQUEST_RULES", "VALIDATION", "Request", "RequestRule", "rule_for"]

@@ -1,9 +1,9 @@
-"""Receipts in Redis, shared by every replica: JSON strings under a prefix, each with the TTL.
+"""The store in Redis, shared by every replica: JSON strings under a prefix, each with the TTL.
 
-A Redis that is down or slow costs the receipts of the exchanges in that window, never the
-exchanges: each operation is bounded (`RedisOptions.deadline_seconds`), a failure returns
-"nothing found" or "not stored", and the connection's StoreHealth counts it and says once that
-an outage started and once that it ended.
+A Redis that is down or slow costs what the exchanges in that window would have kept or found,
+never the exchanges: each operation is bounded (`RedisOptions.deadline_seconds`), a failure
+returns "nothing found" or "not stored", and the connection's StoreHealth counts it and says
+once that an outage started and once that it ended.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from proxy.repair.receipts.redis_connection import RedisConnection, RedisOptions
-from proxy.repair.receipts.store import Receipt
+from proxy.store.protocol import Value
+from proxy.store.redis_connection import RedisConnection, RedisOptions
 from proxy.wire import json_codec
 
 logger = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ class RedisStore:
         self._pending: set[asyncio.Task[bool]] = set()
         # Writes handed over but not yet acknowledged: this process reads its own writes even
         # when a fast client's follow-up arrives before Redis has them.
-        self._in_flight: dict[str, Receipt] = {}
+        self._in_flight: dict[str, Value] = {}
 
     @classmethod
     def open(cls, options: RedisOptions, ttl_seconds: float, prefix: str = PREFIX) -> RedisStore:
@@ -52,7 +52,7 @@ class RedisStore:
         """Another store on the same connection (one pool, one outage), under its own keys."""
         return RedisStore(self._connection, ttl_seconds, prefix)
 
-    async def get_many(self, keys: list[str]) -> dict[str, Receipt]:
+    async def get_many(self, keys: list[str]) -> dict[str, Value]:
         found = {key: self._in_flight[key] for key in keys if key in self._in_flight}
         keys = [key for key in keys if key not in found]
         if not keys or not self._health.may_try():
@@ -71,7 +71,7 @@ class RedisStore:
                     logger.warning("receipt store: unreadable value under %s", key)
         return found
 
-    async def put_many(self, items: dict[str, Receipt]) -> bool:
+    async def put_many(self, items: dict[str, Value]) -> bool:
         if not items:
             return True
         if not self._health.may_try():
@@ -85,14 +85,14 @@ class RedisStore:
         self._health.answered()
         return True
 
-    def put_later(self, items: dict[str, Receipt]) -> asyncio.Future[bool]:
+    def put_later(self, items: dict[str, Value]) -> asyncio.Future[bool]:
         self._in_flight.update(items)
         task = asyncio.get_running_loop().create_task(self._put_in_flight(items))
         self._pending.add(task)  # a reference, or the loop may drop the task mid-write
         task.add_done_callback(self._pending.discard)
         return task
 
-    async def _put_in_flight(self, items: dict[str, Receipt]) -> bool:
+    async def _put_in_flight(self, items: dict[str, Value]) -> bool:
         try:
             return await self.put_many(items)
         finally:
