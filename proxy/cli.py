@@ -12,11 +12,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-import orjson
-
 from proxy import __version__
 from proxy.settings.schema import ENVIRONMENT_KEYS, FLAGS, LOG_LEVELS, PROFILE_NAMES, Settings
 from proxy.settings.values import ConfigError, flatten, parse_keys
+from proxy.wire import json_codec
 
 # The parent's effective settings, for worker processes (they cannot receive objects).
 SETTINGS_ENVIRONMENT = "STREAMFIX_EFFECTIVE_SETTINGS"
@@ -203,7 +202,7 @@ def _config_flags(parser: argparse.ArgumentParser) -> None:
     for key, options, text in SETTINGS_FLAGS:
         flag = FLAGS[key]
         default = defaults[key]
-        shown = orjson.dumps(default).decode() if isinstance(default, str | bool) else default
+        shown = json_codec.dumps(default).decode() if isinstance(default, str | bool) else default
         where = [f"default: {shown if default != '' else 'none'}"]
         if key in variables:
             where.append(f"env {variables[key]}")
@@ -239,7 +238,7 @@ def _serve(args: argparse.Namespace) -> int:
     server = settings.server
     configure_logging(server.log_level, server.log_format)
     if server.workers > 1:
-        os.environ[SETTINGS_ENVIRONMENT] = orjson.dumps(settings.to_dict()).decode()
+        os.environ[SETTINGS_ENVIRONMENT] = json_codec.dumps(settings.to_dict()).decode()
         config = uvicorn_config(
             "proxy.cli:app_from_environment",
             server,
@@ -258,7 +257,7 @@ def app_from_environment() -> object:
     from proxy.server.app import create_app
     from proxy.server.logs import configure_logging
 
-    settings = Settings.from_dict(orjson.loads(os.environ[SETTINGS_ENVIRONMENT]))
+    settings = Settings.from_dict(json_codec.loads(os.environ[SETTINGS_ENVIRONMENT]))
     configure_logging(settings.server.log_level, settings.server.log_format)
     return create_app(settings)
 
@@ -306,7 +305,7 @@ def _config(args: argparse.Namespace) -> int:
         table["rules_in_force"] = rules_in_force(upstream)
         table["learned"] = learned(settings.receipts, upstream, os.environ)
     if args.json:
-        print(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
+        print(json_codec.dumps_indented(document).decode())
     else:
         print(as_toml(document), end="")
     return 0

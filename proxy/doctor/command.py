@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import orjson
 
 from proxy.doctor import native_responses, recorded
 from proxy.doctor.checks import CHECKS, Check, Context
@@ -33,6 +32,7 @@ from proxy.replay_check import replayed, settings_for
 from proxy.settings.schema import Settings
 from proxy.settings.toml_text import value_text
 from proxy.upstream.cassettes import Cassette
+from proxy.wire import json_codec
 from proxy.wire.credentials import MASK, masked_url
 
 COMMENT = b": streamfix-repairs "
@@ -77,7 +77,7 @@ def run_doctor(options: Options) -> int:
     if options.json:
         document = as_json(upstream, model, rows, config)
         document["native_responses"] = native.as_json()
-        text = orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n"
+        text = json_codec.dumps_indented(document).decode() + "\n"
     else:
         text = as_text(upstream, model, rows, config, _colour(), [native.note])
     # An upstream's error may quote the key it was sent; the report never does.
@@ -178,7 +178,7 @@ async def _try_suggestions(
     async with in_process_proxy(settings, transport) as proxy:
         for row in rows:
             if row.name in keys:
-                response = await through_proxy(proxy, orjson.dumps(row.request))
+                response = await through_proxy(proxy, json_codec.dumps(row.request))
                 tried = row_for(row.name, row.request, row.expects, Answer(0, b"", False), response)
                 key = keys[row.name]
                 row.with_config = (f"{key} = {value_text(table[key])}", tried.after)
@@ -195,7 +195,7 @@ async def _one(
     limits: Limits,
 ) -> Row:
     request = check.body(context)
-    body = orjson.dumps(request)
+    body = json_codec.dumps(request)
     try:
         cassette = await send(direct, url, headers, body, limits, stop_unreachable=True)
     except Unreachable as exc:  # every other check would fail the same way: one line, exit 2
@@ -245,7 +245,7 @@ def _from_recordings(directory: Path, as_json: bool) -> int:
     groups = asyncio.run(_offline(directory))
     if as_json:
         document = recorded.as_json(directory, groups)
-        print(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
+        print(json_codec.dumps_indented(document).decode())
     else:
         print(recorded.as_text(directory, groups, _colour()), end="")
     return 1 if recorded.unfixed(groups) else 0

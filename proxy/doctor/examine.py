@@ -12,9 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
 from proxy.repair.conformance import stream_chunks, violations
+from proxy.wire import json_codec
 
 # What a client does with an answer breaking a rule: (a pattern of the problem's text, the
 # consequence). The first match names it; the sources are the README's table of quirks.
@@ -103,8 +102,8 @@ def error_message(body: bytes) -> str:
     """The upstream's message from an OpenAI-style error body (or a list of them, as Google
     sends), else the body's first line."""
     try:
-        document: Any = orjson.loads(body)
-    except orjson.JSONDecodeError:
+        document: Any = json_codec.loads(body)
+    except json_codec.JSONDecodeError:
         return body.decode("utf-8", "replace").strip().splitlines()[0][:200] if body else ""
     if isinstance(document, list) and document:
         document = document[0]
@@ -166,9 +165,9 @@ def _read_stream(answer: Answer) -> None:
 
 def _read_json(answer: Answer) -> None:
     try:
-        document = orjson.loads(answer.body)
+        document = json_codec.loads(answer.body)
         message = document["choices"][0]["message"]
-    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
+    except (json_codec.JSONDecodeError, KeyError, IndexError, TypeError):
         answer.error = "not a chat completion"
         return
     answer.text = message.get("content") if isinstance(message.get("content"), str) else ""
@@ -261,7 +260,7 @@ def _json_rules(answer: Answer) -> list[str]:
     if answer.error:
         return [answer.error]
     found = []
-    document = orjson.loads(answer.body)
+    document = json_codec.loads(answer.body)
     choice = document["choices"][0]
     for entry in choice["message"].get("tool_calls") or ():
         if not isinstance(entry, dict) or not entry.get("id"):

@@ -23,8 +23,9 @@ from typing import Any
 
 import httpx
 
-from proxy.doctor.probe import Limits, dumps, send, upstream_body, upstream_text
+from proxy.doctor.probe import Limits, send, upstream_body, upstream_text
 from proxy.learning.error_messages import error_messages
+from proxy.wire import json_codec
 
 MIN_OUTPUT_TOKENS = 16
 """OpenAI's least `max_output_tokens`: the bound should a server take the probe after all."""
@@ -105,7 +106,7 @@ async def probe(
 ) -> NativeResponses:
     """One POST of the probe to `<base_url>/responses`, judged."""
     cassette = await send(
-        client, f"{base_url}/responses", headers, dumps(probe_body(model)), limits
+        client, f"{base_url}/responses", headers, json_codec.dumps(probe_body(model)), limits
     )
     if cassette.status == 0:
         return NativeResponses(None, 0, upstream_body(cassette).decode())

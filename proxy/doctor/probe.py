@@ -16,7 +16,6 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import httpx
-import orjson
 
 from proxy.server.app import create_app
 from proxy.settings.schema import Settings
@@ -192,7 +191,3 @@ async def through_proxy(client: httpx.AsyncClient, body: bytes) -> httpx.Respons
             "x-streamfix-debug": "1",  # the stream's repair counts, in a closing comment
         },
     )
-
-
-def dumps(body: dict[str, object]) -> bytes:
-    return orjson.dumps(body)

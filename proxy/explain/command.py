@@ -7,11 +7,10 @@ import os
 import sys
 from pathlib import Path
 
-import orjson
-
 from proxy.explain.render import Style, to_json, to_text
 from proxy.explain.run import Explanation, Unreadable, cassette_paths, explain
 from proxy.settings.schema import Settings
+from proxy.wire import json_codec
 
 
 def colour_wanted(choice: str) -> bool:
@@ -34,7 +33,7 @@ def run_explain(targets: list[Path], settings: Settings, as_json: bool, colour: 
         print(f"streamfix explain: {exc}", file=sys.stderr)
         return 2
     if as_json:
-        print(orjson.dumps(to_json(explanations), option=orjson.OPT_INDENT_2).decode())
+        print(json_codec.dumps_indented(to_json(explanations)).decode())
         return 0
     style = Style(colour_wanted(colour))
     print("\n\n".join(to_text(item, style) for item in explanations))

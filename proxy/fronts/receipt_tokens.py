@@ -27,7 +27,7 @@ import os
 import secrets
 from collections.abc import Mapping
 
-import orjson
+from proxy.wire import json_codec
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class ReceiptTokens:
         self._secret = secret
 
     def mint(self, scope_key: str, receipt_key: str) -> str:
-        payload = orjson.dumps({"s": _scope_digest(scope_key), "k": receipt_key})
+        payload = json_codec.dumps({"s": _scope_digest(scope_key), "k": receipt_key})
         body = f"{VERSION}.{_b64(payload)}"
         return f"{body}.{_b64(self._mac(body))}"
 
@@ -63,8 +63,8 @@ class ReceiptTokens:
         if not hmac.compare_digest(expected.encode(), mac.encode()):
             return None
         try:
-            payload = orjson.loads(_unb64(encoded))
-        except (ValueError, orjson.JSONDecodeError):
+            payload = json_codec.loads(_unb64(encoded))
+        except (ValueError, json_codec.JSONDecodeError):
             return None
         if not isinstance(payload, dict) or payload.get("s") != _scope_digest(scope_key):
             return None

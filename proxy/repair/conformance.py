@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from proxy.repair.chunks import choice_index, choices_of
+from proxy.wire import json_codec
 from proxy.wire.sse import SSEDecoder
 
 
@@ -24,8 +23,8 @@ def stream_chunks(body: bytes) -> list[dict[str, Any] | str]:
             items.append("[DONE]")
             continue
         try:
-            items.append(orjson.loads(event.data))
-        except orjson.JSONDecodeError:
+            items.append(json_codec.loads(event.data))
+        except json_codec.JSONDecodeError:
             continue
     return items
 

@@ -18,8 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import unquote_plus
 
-import orjson
-
+from proxy.wire import json_codec
 from proxy.wire.credentials import CREDENTIAL_HEADERS, CREDENTIAL_PARAMETERS
 
 # Every credential form the proxy forwards names the tenant (proxy/wire/credentials.py).
@@ -78,7 +77,7 @@ def tenant_of(
         return None
     subdivision = headers.get(tenant_header) if tenant_header else None
     # JSON, not a joined string: no choice of values can make two different requests collide.
-    material = orjson.dumps([credentials, subdivision])
+    material = json_codec.dumps([credentials, subdivision])
     return hashlib.sha256(material).hexdigest()[:32]
 
 

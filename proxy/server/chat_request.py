@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import orjson
 from starlette.requests import Request
 
 from proxy.server.body_limits import BodyBudget, BodyDeadline, body_timed_out
@@ -73,7 +72,7 @@ def _too_large(limit: int) -> ClientError:
 def model_of(raw: bytes) -> Any:
     """The `model` of any JSON body (other /v1/ paths route by it too), None when there is none."""
     try:
-        body = orjson.loads(raw) if raw else None
-    except orjson.JSONDecodeError:
+        body = json_codec.loads(raw) if raw else None
+    except json_codec.JSONDecodeError:
         return None
     return body.get("model") if isinstance(body, dict) else None

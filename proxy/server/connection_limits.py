@@ -39,7 +39,6 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-import orjson
 from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
@@ -47,6 +46,7 @@ from uvicorn.server import ServerState
 from proxy.server.errors import error_body
 from proxy.server.response_writes import OneSendPerTurn
 from proxy.settings.schema import ServerSettings
+from proxy.wire import json_codec
 
 
 class ClientLimitsProtocol(HttpToolsProtocol):
@@ -211,7 +211,7 @@ class ClientLimitsProtocol(HttpToolsProtocol):
 def _error_message(
     status: int, message: str, code: str, type_: str, defaults: list[tuple[bytes, bytes]]
 ) -> bytes:
-    body = orjson.dumps(error_body(message, type_, code))
+    body = json_codec.dumps(error_body(message, type_, code))
     lines = [f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}".encode()]
     lines += [name + b": " + value for name, value in defaults]
     lines += [

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import orjson
 from starlette.responses import Response
 
+from proxy.wire import json_codec
 from proxy.wire.sse import encode
 
 
@@ -14,7 +14,7 @@ def error_body(message: str, type_: str, code: str) -> dict[str, dict[str, str]]
 
 def error_response(status: int, message: str, type_: str, code: str) -> Response:
     return Response(
-        orjson.dumps(error_body(message, type_, code)),
+        json_codec.dumps(error_body(message, type_, code)),
         status_code=status,
         media_type="application/json",
     )

@@ -8,7 +8,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-import orjson
+from proxy.wire import json_codec
 
 if TYPE_CHECKING:
     from proxy.learning.refusals import Learned
@@ -59,7 +59,7 @@ class JsonFormatter(logging.Formatter):
         line.update(getattr(record, EXCHANGE, None) or {})
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
-        text = orjson.dumps(line, default=str).decode()
+        text = json_codec.dumps_with_str(line).decode()
         # orjson escapes C0 controls only; DEL, C1 and U+2028/9 are valid JSON as they are, but
         # a terminal or a line splitter may act on them. Outside strings JSON has none of them.
         return text.translate(_JSON_ESCAPES) if _CONTROL.search(text) else text

@@ -19,10 +19,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
-import orjson
-
 from proxy.repair.profiles import PROFILES
 from proxy.upstream.client_requests import ClientRequest
+from proxy.wire import json_codec
 from proxy.wire.credentials import CREDENTIAL_HEADERS, CREDENTIAL_PARAMETERS
 from proxy.wire.json_paths import Path as FieldPath
 from proxy.wire.json_paths import get_path, remove_path
@@ -119,8 +118,8 @@ class Cassette:
     @property
     def body_json(self) -> Any:
         try:
-            return orjson.loads(self.request_body)
-        except orjson.JSONDecodeError:
+            return json_codec.loads(self.request_body)
+        except json_codec.JSONDecodeError:
             return None
 
     def key(self) -> str:
@@ -156,16 +155,16 @@ class Cassette:
             },
             "client": {"lines": self.client_body.decode("utf-8", "replace").split("\n")},
         }
-        return orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n"
+        return json_codec.dumps_indented(document) + b"\n"
 
     @classmethod
     def load(cls, path: Path) -> Cassette:
-        document = orjson.loads(path.read_bytes())
+        document = json_codec.loads(path.read_bytes())
         if document.get("format") != FORMAT:
             raise ValueError(f"{path}: not a {FORMAT} file")
         request, upstream = document["request"], document["upstream"]
         if "body" in request:
-            body = orjson.dumps(request["body"])
+            body = json_codec.dumps(request["body"])
         else:
             body = request.get("body_text", "").encode()
         return cls(
@@ -197,16 +196,15 @@ def canonical_request(method: str, path: str, body: bytes, exact: bool = False) 
     """What identifies a request for replay: method, path and body minus volatile fields and,
     unless `exact`, minus the fields the proxy's receipt repair writes (`ProxyWrittenFields`)."""
     try:
-        parsed: Any = orjson.loads(body) if body else None
-    except orjson.JSONDecodeError:
+        parsed: Any = json_codec.loads(body) if body else None
+    except json_codec.JSONDecodeError:
         parsed = body.decode("utf-8", "replace")
     if isinstance(parsed, dict):
         parsed = {k: v for k, v in parsed.items() if k not in VOLATILE_FIELDS}
         if not exact:
             without_proxy_written(parsed.get("messages"))
-    return orjson.dumps(
-        {"method": method.upper(), "path": path.strip("/"), "body": parsed},
-        option=orjson.OPT_SORT_KEYS,
+    return json_codec.dumps_sorted(
+        {"method": method.upper(), "path": path.strip("/"), "body": parsed}
     )
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
+from proxy.wire import json_codec
 
 
 @dataclass
@@ -31,8 +31,8 @@ class ClientRequest:
     @property
     def body_json(self) -> Any:
         try:
-            return orjson.loads(self.body)
-        except orjson.JSONDecodeError:
+            return json_codec.loads(self.body)
+        except json_codec.JSONDecodeError:
             return None
 
     def to_json(self) -> dict[str, Any]:
@@ -53,7 +53,7 @@ class ClientRequest:
     @classmethod
     def from_json(cls, item: dict[str, Any]) -> ClientRequest:
         if "body" in item:
-            body = orjson.dumps(item["body"])
+            body = json_codec.dumps(item["body"])
         else:
             body = str(item.get("body_text", "")).encode()
         translation = item.get("translation") or {}

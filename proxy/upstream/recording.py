@@ -12,7 +12,6 @@ from urllib.parse import urlsplit
 
 import anyio
 import httpx
-import orjson
 
 from proxy.upstream.cassette_files import CassetteShelf, CassetteWriter
 from proxy.upstream.cassettes import (
@@ -24,6 +23,7 @@ from proxy.upstream.cassettes import (
     safe_query,
 )
 from proxy.upstream.context import CLIENT_COPY, context_of
+from proxy.wire import json_codec
 from proxy.wire.credentials import masked_url
 
 logger = logging.getLogger(__name__)
@@ -168,11 +168,11 @@ class ReplayTransport(httpx.AsyncBaseTransport):
         return cassette
 
     def _unmatched(self, method: str, path: str, body: bytes) -> httpx.Response:
-        wanted = orjson.loads(canonical_request(method, path, body))
+        wanted = json_codec.loads(canonical_request(method, path, body))
         nearest, difference = None, "no cassette was recorded"
         best = -1
         for cassette in self._cassettes:
-            recorded = orjson.loads(
+            recorded = json_codec.loads(
                 canonical_request(cassette.method, cassette.path, cassette.request_body)
             )
             score = _similarity(wanted, recorded)

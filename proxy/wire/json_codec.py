@@ -12,6 +12,12 @@ A document nested deeper than orjson writes (`MAX_DEPTH`) is refused as malforme
 stack, 1000 frames in all. Read, such a document would fail later, wherever it was written
 again (a front's event echoing a request field, a store write) or shown in an error. No request
 or answer nests anywhere near that deep.
+
+Every module of the package reads and writes JSON through this one (tests/test_layers.py
+checks that only it imports orjson). `loads` and `dumps` are the common case; the others each
+name what their callers need besides: a layout (`dumps_indented`, `dumps_sorted`), values JSON
+has no type for (`dumps_with_str`), or only whether a text parses (`parses`, on a stream's
+per-chunk path).
 """
 
 from __future__ import annotations
@@ -36,7 +42,10 @@ JSONDecodeError = orjson.JSONDecodeError  # a subclass of json.JSONDecodeError (
 
 
 def loads(raw: bytes | str) -> Any:
-    data = raw.encode() if isinstance(raw, str) else raw
+    try:
+        data = raw.encode() if isinstance(raw, str) else raw
+    except UnicodeEncodeError as exc:  # a lone surrogate: no JSON text, as orjson says of it
+        raise JSONDecodeError(f"str is not valid UTF-8: {exc.reason}", "", exc.start) from None
     value = orjson.loads(data)  # validates; raises JSONDecodeError on bad input
     if _nested_too_deep(data, value):
         raise JSONDecodeError(f"nested deeper than {MAX_DEPTH} levels", "", 0)
@@ -64,3 +73,44 @@ def dumps(value: Any) -> bytes:
         return orjson.dumps(value)
     except TypeError:  # "Integer exceeds 64-bit range"
         return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def dumps_indented(value: Any) -> bytes:
+    """`value` indented two spaces a level, `": "` after each key: a document a person reads (a
+    cassette, a command's `--json`). The standard library writes what orjson cannot, in the
+    same layout."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_INDENT_2)
+    except TypeError:  # "Integer exceeds 64-bit range"
+        return json.dumps(value, ensure_ascii=False, indent=2).encode()
+
+
+def dumps_sorted(value: Any) -> bytes:
+    """`dumps` with every object's keys in sorted order: one text for equal documents, whatever
+    order their keys came in (what identifies a request for replay, a schema's cache key)."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # "Integer exceeds 64-bit range"
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode()
+
+
+def dumps_with_str(value: Any) -> bytes:
+    """`dumps` for a log line, which must always be written: a value JSON has no type for (an
+    exception, a path) is written as its `str()`."""
+    try:
+        return orjson.dumps(value, default=str)
+    except TypeError:  # "Integer exceeds 64-bit range"
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str).encode()
+
+
+def parses(raw: bytes | str) -> bool:
+    """Whether `raw` is JSON, nothing kept of what it says: asked of a streamed call's arguments
+    so far on every chunk that may end them (repair/calls/assembly.py), so at orjson's cost
+    alone. Neither guard applies, as neither could change the answer: no integer is kept to be
+    rounded, and a document deeper than `MAX_DEPTH` is still JSON to the client that reads it
+    (the proxy passes the arguments on as text)."""
+    try:
+        orjson.loads(raw)
+    except JSONDecodeError:
+        return False
+    return True

@@ -1,6 +1,9 @@
-"""json_codec: integers beyond 64 bits stay exact, whichever way the document is read."""
+"""json_codec: integers beyond 64 bits stay exact, whichever way the document is read; the
+other writers keep orjson's layouts."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import orjson
 import pytest
@@ -49,3 +52,47 @@ def test_a_document_nested_deeper_is_refused_as_malformed(levels: int) -> None:
 def test_brackets_inside_strings_are_no_nesting() -> None:
     text = b'{"a": "' + b"[" * 600 + b"{" * 600 + b'"}'
     assert json_codec.loads(text) == {"a": "[" * 600 + "{" * 600}
+
+
+ORDINARY = {"b": [1, {}, []], "a": {"x": "é \u2028 \x1f", "y": 1.5, "z": None}, "c": True}
+
+
+def test_the_layouts_are_orjson_s_own() -> None:
+    # Every module that wrote orjson's options writes through these: not a byte moved.
+    assert json_codec.dumps_indented(ORDINARY) == orjson.dumps(ORDINARY, option=orjson.OPT_INDENT_2)
+    assert json_codec.dumps_sorted(ORDINARY) == orjson.dumps(ORDINARY, option=orjson.OPT_SORT_KEYS)
+
+
+def test_the_layouts_write_what_orjson_cannot_the_same_way() -> None:
+    big = {**ORDINARY, "n": 2**70}
+    small = {**ORDINARY, "n": 7}
+    expected = orjson.dumps(small, option=orjson.OPT_INDENT_2).replace(
+        b": 7", b": 1180591620717411303424"
+    )
+    assert json_codec.dumps_indented(big) == expected
+    sorted_small = orjson.dumps(small, option=orjson.OPT_SORT_KEYS)
+    assert json_codec.dumps_sorted(big) == sorted_small.replace(b":7", b":1180591620717411303424")
+
+
+def test_a_log_line_writes_what_json_has_no_type_for_as_text() -> None:
+    line = {"path": Path("/tmp/x"), "error": ValueError("no")}
+    assert json_codec.dumps_with_str(line) == b'{"path":"/tmp/x","error":"no"}'
+    assert json_codec.dumps_with_str({**line, "n": 2**70}) == (
+        b'{"path":"/tmp/x","error":"no","n":1180591620717411303424}'
+    )
+
+
+def test_parses_answers_as_orjson_reads() -> None:
+    assert json_codec.parses('{"a": [1, 2]}')
+    assert json_codec.parses(b"123456789012345678901234567890")
+    assert not json_codec.parses('{"a": [1, 2')
+    assert not json_codec.parses("")
+    # No depth guard: the arguments it is asked of pass on as text, read by the client.
+    assert json_codec.parses("[" * 300 + "]" * 300)
+
+
+def test_a_str_that_is_no_utf_8_is_malformed_json() -> None:
+    # A lone surrogate: what orjson says of it, not an encoding error the callers would miss.
+    with pytest.raises(json_codec.JSONDecodeError):
+        json_codec.loads('{"a": "\ud800"}')
+    assert not json_codec.parses('{"a": "\ud800"}')

@@ -42,7 +42,7 @@ from proxy.fronts.responses.response_object import (
     terminal_event,
 )
 from proxy.fronts.responses.translation import Translation
-from proxy.fronts.responses.whole import completion_chunk, whole
+from proxy.fronts.responses.whole import completion_chunk
 from proxy.fronts.translator import CLEAN, Aborted, Clean, End, UpstreamError
 from proxy.fronts.turns import TurnReceipts, call_extras
 
@@ -66,6 +66,14 @@ def upstream_error(body: dict[str, Any]) -> End:
 
 def aborted(message: str, code: str = "stream_aborted") -> End:
     return Aborted(message, code)
+
+
+def whole(events: ResponsesEvents, completion: dict[str, Any]) -> dict[str, Any]:
+    """A non-streamed chat completion -> the Responses response object, through the same
+    state machine as a stream (one chunk carrying the whole message, its finish and usage)."""
+    events.feed(completion_chunk(completion))
+    events.finish(CLEAN)
+    return events.response()
 
 
 def new_id(prefix: str) -> str:

@@ -19,9 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
 from proxy.fronts.responses.translation import CUSTOM_INPUT, NAMESPACE_SEPARATOR
+from proxy.wire import json_codec
 
 Shaped = dict[str, Any]
 
@@ -134,8 +133,8 @@ def custom_input(arguments: str) -> str:
     """A custom tool's input from the one-string-argument function it was offered as; the
     arguments as sent when they are not that object (a model that ignored the schema)."""
     try:
-        parsed = orjson.loads(arguments)
-    except orjson.JSONDecodeError:
+        parsed = json_codec.loads(arguments)
+    except json_codec.JSONDecodeError:
         return arguments
     if isinstance(parsed, dict) and isinstance(parsed.get(CUSTOM_INPUT), str):
         return str(parsed[CUSTOM_INPUT])

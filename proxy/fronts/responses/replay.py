@@ -15,8 +15,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import orjson
-
 from proxy.fronts.rendering import Rendering
 from proxy.fronts.responses.events import CLEAN, ResponsesEvents, completion_chunk, new_id
 from proxy.fronts.responses.request import Translation, chat_tools
@@ -32,8 +30,8 @@ def _json(data: str | bytes | None) -> Any:
     if not data:
         return None
     try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
+        return json_codec.loads(data)
+    except json_codec.JSONDecodeError:
         return None
 
 

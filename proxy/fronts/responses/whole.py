@@ -1,25 +1,12 @@
-"""A non-streamed chat completion as a Responses response object: through the same events
-translator as a stream, fed the one chunk that says all of it (its message, finish and usage),
-so a whole answer and a streamed one cannot come out different."""
+"""A non-streamed chat completion as the one chunk that says all of it (its message, finish and
+usage): what the Responses events translator is fed for a whole answer (events.py `whole`), so
+a whole answer and a streamed one cannot come out different."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-from proxy.fronts.translator import CLEAN
-
-if TYPE_CHECKING:
-    from proxy.fronts.responses.events import ResponsesEvents
+from typing import Any
 
 Chunk = dict[str, Any]
-
-
-def whole(events: ResponsesEvents, completion: dict[str, Any]) -> dict[str, Any]:
-    """A non-streamed chat completion -> the Responses response object, through the same
-    state machine as a stream (one chunk carrying the whole message, its finish and usage)."""
-    events.feed(completion_chunk(completion))
-    events.finish(CLEAN)
-    return events.response()
 
 
 def completion_chunk(completion: dict[str, Any]) -> Chunk:

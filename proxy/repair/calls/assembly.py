@@ -12,8 +12,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
-import orjson
-
 from proxy.wire import json_codec
 from proxy.wire.json_shapes import integer, objects_in
 from proxy.wire.limits import LimitExceeded
@@ -73,11 +71,7 @@ class ToolCall:
         return self.id is None and self.name is None and not self.fragments
 
     def arguments_complete(self) -> bool:
-        try:
-            orjson.loads(self.arguments)
-        except orjson.JSONDecodeError:
-            return False
-        return True
+        return json_codec.parses(self.arguments)
 
     def merge(self, entry: dict[str, Any]) -> int:
         """Take one delta entry; return the bytes of arguments it added."""

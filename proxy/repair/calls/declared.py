@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import jsonschema
-import orjson
 from jsonschema.exceptions import SchemaError
 from referencing.exceptions import Unresolvable
 
@@ -163,12 +162,9 @@ checking a schema against its metaschema costs far more than checking a call aga
 def _validator_for(schema: Any) -> Any:
     """A validator for `schema` (the draft its `$schema` names, else 2020-12), or None when the
     schema is not one; the most recently used `VALIDATOR_CACHE_SIZE` are kept."""
-    try:
-        key: bytes | None = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
-    except TypeError:
-        key = None  # an integer orjson cannot write: built every time, never cached
-    if key is not None and len(key) > MAX_CACHED_SCHEMA_BYTES:
-        key = None  # the cache holds at most 256 x 64 KiB of schemas
+    written = json_codec.dumps_sorted(schema)
+    # The cache holds at most 256 x 64 KiB of schemas: a larger one is built every time.
+    key = written if len(written) <= MAX_CACHED_SCHEMA_BYTES else None
     if key is not None and key in _VALIDATORS:
         _VALIDATORS.move_to_end(key)
         return _VALIDATORS[key]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
+from proxy.wire import json_codec
 
 
 def unambiguous_tool_name(request: dict[str, Any], arguments: str) -> str | None:
@@ -40,8 +40,8 @@ def _declared_functions(tools: Any) -> list[dict[str, Any]]:
 
 def _argument_keys(arguments: str) -> set[str] | None:
     try:
-        parsed = orjson.loads(arguments or "{}")
-    except orjson.JSONDecodeError:
+        parsed = json_codec.loads(arguments or "{}")
+    except json_codec.JSONDecodeError:
         return None
     return set(parsed) if isinstance(parsed, dict) else None
 

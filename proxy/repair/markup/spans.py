@@ -12,14 +12,16 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 
-class _Refused:
-    """`MarkupFamily.name` says: this span is not (or no longer can be) this family's markup."""
+class RefusedSpan:
+    """`MarkupFamily.name` says: this span is not (or no longer can be) this family's markup.
+    Its one value is REFUSED, compared by identity; the type is named in the signatures of the
+    families' readers (families/reading.py)."""
 
     def __repr__(self) -> str:
         return "REFUSED"
 
 
-REFUSED = _Refused()
+REFUSED = RefusedSpan()
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +58,7 @@ class MarkupFamily:
         `call_<24 hex>`, unless the family's server holds ids to a shape of its own."""
         return f"call_{digest[:24]}"
 
-    def name(self, span: str, opener: str) -> str | _Refused | None:
+    def name(self, span: str, opener: str) -> str | RefusedSpan | None:
         """The first call's name once `span` shows it whole; None while it may still come;
         REFUSED as soon as `span` cannot be this family's markup."""
         raise NotImplementedError

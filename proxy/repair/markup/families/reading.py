@@ -8,10 +8,10 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from proxy.repair.markup.extent import balanced_end
-from proxy.repair.markup.spans import REFUSED, MarkupFamily, ParsedCall, _Refused
+from proxy.repair.markup.spans import REFUSED, MarkupFamily, ParsedCall, RefusedSpan
 from proxy.wire import json_codec
 
-Named = str | _Refused | None
+Named = str | RefusedSpan | None
 """What `name` answers: the name, REFUSED, or None while it may still come."""
 
 MORE = -1
@@ -38,7 +38,7 @@ def expect_any(text: str, at: int, literals: tuple[str, ...]) -> int | None:
     return MORE if partial else None
 
 
-def sequence(text: str, at: int, parts: tuple[str, ...]) -> int | _Refused | None:
+def sequence(text: str, at: int, parts: tuple[str, ...]) -> int | RefusedSpan | None:
     """The index after the literal `parts`, whitespace allowed around each (JSON's punctuation);
     None while they may still come, REFUSED when the text differs."""
     position = at
@@ -74,7 +74,7 @@ def valid_name(name: str) -> bool:
     return bool(name) and name_run(name, 0) == len(name)
 
 
-def bare_name(text: str, at: int, stops: str) -> tuple[str, int] | _Refused | None:
+def bare_name(text: str, at: int, stops: str) -> tuple[str, int] | RefusedSpan | None:
     """A name written bare from `at`, whole once one of `stops` follows it: (name, index of the
     stop); None while the text ends inside it; REFUSED when anything else follows."""
     end = name_run(text, at)
@@ -85,7 +85,7 @@ def bare_name(text: str, at: int, stops: str) -> tuple[str, int] | _Refused | No
     return text[at:end], end
 
 
-def quoted_name(text: str, at: int) -> tuple[str, int] | _Refused | None:
+def quoted_name(text: str, at: int) -> tuple[str, int] | RefusedSpan | None:
     """A name in double quotes at `at` (JSON's, or an XML attribute's): (name, index after the
     closing quote). Escapes are refused: no tool name needs one."""
     if at >= len(text):
@@ -96,7 +96,7 @@ def quoted_name(text: str, at: int) -> tuple[str, int] | _Refused | None:
     return (found[0], found[1] + 1) if isinstance(found, tuple) else found
 
 
-def name_only(found: tuple[str, int] | _Refused | None) -> Named:
+def name_only(found: tuple[str, int] | RefusedSpan | None) -> Named:
     return found[0] if isinstance(found, tuple) else found
 
 
