@@ -1,0 +1,65 @@
+"""An upstream that refuses before its body (a 400 with Google's array-shaped error, a 429, a
+503) is answered on every door in that door's own error shape, with the upstream's status and
+its words, and the upstream was asked exactly once: the proxy sends nothing again by itself
+(a client retries a 429 or a 503 when it chooses; a resend of its own would double that).
+
+Streamed or not, the client gets the HTTP error, not a stream: its SDK raises the status's own
+exception (`BadRequestError`, `RateLimitError`, `InternalServerError`) at `create()`. The
+status is the upstream's exactly: the SDKs pick their exception class, and their retry, by it.
+"""
+
+from __future__ import annotations
+
+import anthropic
+import openai
+import pytest
+
+from tests.support.door_answers import whole_error_text
+from tests.support.door_clients import DOORS, Stage
+from tests.support.fake_upstream import ERROR_HEADERS, ERROR_MODELS
+from tests.support.scripted_chat_upstream import Script, json_answer
+
+GOOGLE_MESSAGE = "Request contains an invalid argument."
+OPENAI_429_STATUS, OPENAI_429 = ERROR_MODELS["error_openai_429"]
+OVERLOADED = "The engine is currently overloaded, please try again later"
+
+REFUSALS: dict[str, tuple[Script, str]] = {
+    # Google's OpenAI-compatible endpoint wraps its error in a list.
+    "google-400-array": (
+        json_answer(
+            400,
+            [{"error": {"code": 400, "message": GOOGLE_MESSAGE, "status": "INVALID_ARGUMENT"}}],
+        ),
+        GOOGLE_MESSAGE,
+    ),
+    "openai-429": (
+        json_answer(OPENAI_429_STATUS, OPENAI_429, *ERROR_HEADERS["error_openai_429"].items()),
+        OPENAI_429["error"]["message"],
+    ),
+    "openai-503": (
+        json_answer(
+            503,
+            {"error": {"message": OVERLOADED, "type": "server_error", "param": None, "code": None}},
+        ),
+        OVERLOADED,
+    ),
+}
+
+EXCEPTIONS = {
+    400: (openai.BadRequestError, anthropic.BadRequestError),
+    429: (openai.RateLimitError, anthropic.RateLimitError),
+    503: (openai.InternalServerError, anthropic.InternalServerError),
+}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize("refusal", sorted(REFUSALS))
+@pytest.mark.parametrize("door", DOORS)
+def test_an_upstream_refusal_is_the_doors_error_with_its_status_and_words_asked_once(
+    stage: Stage, door: str, refusal: str, stream: bool
+) -> None:
+    script, message = REFUSALS[refusal]
+    result = stage.whole(door, script, stream)  # checks the upstream was asked exactly once
+    assert message in whole_error_text(result, script.status)
+    chat_sdk, messages_sdk = EXCEPTIONS[script.status]
+    assert isinstance(result.error, messages_sdk if door == "messages" else chat_sdk)

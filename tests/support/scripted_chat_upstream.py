@@ -1,0 +1,161 @@
+"""A chat upstream on 127.0.0.1 that answers each request by the script its `model` names, byte
+for byte: a status and head, then HTTP chunks, silences, and where the script says so a cut
+connection (the body unfinished, as a dropped upstream leaves it).
+
+It refuses what the upstream it stands for refuses, with that upstream's body, so a proxy
+that sends a request anywhere else is answered as it would be in production, not served:
+any path but `POST /v1/chat/completions` gets OpenAI's 404 (`Invalid URL (POST /v1/…)`), a
+query string Google's 400 for a query parameter it cannot bind (the Gemini and Vertex shapes
+these scripts play come from Google's front end, which refuses unknown parameters), a body
+that is not a JSON object OpenAI's 400, and a model no script names OpenAI's 404. Every
+request is recorded, refused or not, so a test can count what reached the upstream.
+
+Built on RawUpstream (raw_upstream.py): one request per connection, `connection: close`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import parse_qsl
+
+import orjson
+
+from tests.support.raw_upstream import LAST_CHUNK, RawRequest, RawUpstream, Reply, http_chunk
+
+CHAT_PATH = "/v1/chat/completions"
+
+
+class Cut:
+    """A script step: the upstream closes the connection here, its chunked body unfinished."""
+
+
+CUT = Cut()
+Step = bytes | float | Cut
+"""bytes: one HTTP chunk; a float: that many seconds of silence; CUT: the connection drops."""
+
+
+@dataclass(frozen=True)
+class Script:
+    """One answer: `steps` after a head with `status` and `content_type`."""
+
+    steps: Sequence[Step] = ()
+    status: int = 200
+    content_type: str = "text/event-stream"
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+def json_answer(status: int, body: Any, *headers: tuple[str, str]) -> Script:
+    """A whole JSON body (an error before the stream, as every upstream sends one)."""
+    return Script([orjson.dumps(body)], status, "application/json", headers)
+
+
+def openai_error_body(message: str, code: str | None = None) -> dict[str, Any]:
+    return {
+        "error": {"message": message, "type": "invalid_request_error", "param": None, "code": code}
+    }
+
+
+def _head(script: Script) -> bytes:
+    phrase = HTTPStatus(script.status).phrase
+    lines = [
+        f"HTTP/1.1 {script.status} {phrase}",
+        "transfer-encoding: chunked",
+        "connection: close",
+        f"content-type: {script.content_type}",
+        *(f"{name}: {value}" for name, value in script.headers),
+    ]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+@dataclass
+class Received:
+    """A request as it reached the upstream, and whether the upstream refused it unscripted."""
+
+    method: str
+    path: str
+    query: str
+    body: Any
+    refused: str | None
+
+
+@dataclass
+class ScriptedChatUpstream:
+    scripts: dict[str, Script] = field(default_factory=dict, repr=False)
+    received: list[Received] = field(default_factory=list, repr=False)
+    _names: Iterator[int] = field(default_factory=itertools.count, repr=False)
+
+    def __post_init__(self) -> None:
+        self._raw = RawUpstream(self._reply)
+        self.url = self._raw.url
+
+    def play(self, script: Script) -> str:
+        """Registers `script`; the model name that asks for it."""
+        name = f"scripted-{next(self._names)}"
+        self.scripts[name] = script
+        return name
+
+    def requests_for(self, model: str) -> list[Received]:
+        return [
+            r for r in self.received if isinstance(r.body, dict) and r.body.get("model") == model
+        ]
+
+    @property
+    def refusals(self) -> list[str]:
+        """Why the upstream refused what it refused: none of the scripted tests expects one."""
+        return [r.refused for r in self.received if r.refused is not None]
+
+    def _reply(self, request: RawRequest) -> Reply:
+        method, _, target = request.head.split(b"\r\n", 1)[0].decode("latin-1").partition(" ")
+        target = target.rsplit(" ", 1)[0]
+        path, _, query = target.partition("?")
+        try:
+            body: Any = orjson.loads(request.body)
+        except orjson.JSONDecodeError:
+            body = request.body
+        script, refused = self._answer(method, path, query, body)
+        self.received.append(Received(method, path, query, body, refused))
+        return Reply(pieces=self._play(script))
+
+    def _answer(self, method: str, path: str, query: str, body: Any) -> tuple[Script, str | None]:
+        if method != "POST" or path != CHAT_PATH:
+            message = f"Invalid URL ({method} {path})"
+            return json_answer(404, openai_error_body(message)), message
+        if query:
+            name = parse_qsl(query, keep_blank_values=True)[0][0] if "=" in query else query
+            message = (
+                f'Invalid JSON payload received. Unknown name "{name}": Cannot bind query '
+                f"parameter. Field '{name}' could not be found in request message."
+            )
+            error = {"code": 400, "message": message, "status": "INVALID_ARGUMENT"}
+            return json_answer(400, [{"error": error}]), message
+        if not isinstance(body, dict):
+            message = "We could not parse the JSON body of your request."
+            return json_answer(400, openai_error_body(message)), message
+        model = body.get("model")
+        if not isinstance(model, str) or model not in self.scripts:
+            message = f"The model `{model}` does not exist or you do not have access to it."
+            return json_answer(404, openai_error_body(message, "model_not_found")), message
+        return self.scripts[model], None
+
+    def _play(self, script: Script) -> Iterator[bytes]:
+        yield _head(script)
+        for step in script.steps:
+            if isinstance(step, Cut):
+                return  # RawUpstream closes the connection: no last chunk
+            if isinstance(step, float):
+                self._raw.stopping.wait(step)  # bounded, and cut short when the test ends
+            else:
+                yield http_chunk(step)
+        yield LAST_CHUNK
+
+
+@contextmanager
+def running_scripted_upstream() -> Iterator[ScriptedChatUpstream]:
+    upstream = ScriptedChatUpstream()
+    with upstream._raw:
+        yield upstream
