@@ -173,13 +173,16 @@ def test_kimi_round_two_cassette_shows_the_reused_ids_renamed() -> None:
 
 def test_error_cassettes_keep_status_headers_and_body() -> None:
     gemini = Cassette.load(RECORDINGS / "gemini_error_400_array.json")
-    assert gemini.status == 400 and isinstance(orjson.loads(gemini.client_body), list)
+    assert gemini.status == 400 and isinstance(orjson.loads(upstream_bytes(gemini)), list)
+    # Only the array around Google's error object is taken away: the object is as it came.
+    [upstream_error] = orjson.loads(upstream_bytes(gemini))
+    assert orjson.loads(gemini.client_body) == upstream_error
     limited = Cassette.load(RECORDINGS / "openai_error_429_retry_after.json")
     assert limited.status == 429 and limited.response_headers["retry-after"] == "3"
     assert orjson.loads(limited.client_body)["error"]["code"] == "rate_limit_exceeded"
     broken = Cassette.load(RECORDINGS / "openai_error_500.json")
     assert broken.status == 500
-    for cassette in (gemini, limited, broken):
+    for cassette in (limited, broken):
         assert cassette.client_body == upstream_bytes(cassette)  # untouched
 
 

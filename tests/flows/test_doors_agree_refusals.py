@@ -11,7 +11,9 @@ status is the upstream's exactly: the SDKs pick their exception class, and their
 from __future__ import annotations
 
 import anthropic
+import httpx
 import openai
+import orjson
 import pytest
 
 from tests.support.door_answers import whole_error_text
@@ -63,3 +65,25 @@ def test_an_upstream_refusal_is_the_doors_error_with_its_status_and_words_asked_
     assert message in whole_error_text(result, script.status)
     chat_sdk, messages_sdk = EXCEPTIONS[script.status]
     assert isinstance(result.error, messages_sdk if door == "messages" else chat_sdk)
+
+
+@pytest.mark.parametrize("refusal", sorted(REFUSALS))
+def test_a_chat_client_gets_the_upstreams_refusal_as_sent_but_for_googles_array(
+    stage: Stage, refusal: str
+) -> None:
+    # The chat door relays a refusal byte for byte; Google's array around its error object is
+    # the one thing OpenAI's clients cannot read, so only that goes, and it is counted.
+    script, _ = REFUSALS[refusal]
+    model = stage.upstream.play(script)
+    body = {"model": model, "messages": [{"role": "user", "content": "hi"}]}
+    response = httpx.post(f"{stage.proxy}/v1/chat/completions", json=body, timeout=10)
+    stage.reached_once(model)
+    sent = b"".join(step for step in script.steps if isinstance(step, bytes))
+    assert response.status_code == script.status
+    repairs = response.headers["x-streamfix-repairs"]
+    if refusal == "google-400-array":
+        assert response.content == orjson.dumps(orjson.loads(sent)[0])
+        assert "error_body_unwrapped:1" in repairs
+    else:
+        assert response.content == sent
+        assert "error_body_unwrapped" not in repairs

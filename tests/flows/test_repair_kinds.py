@@ -671,6 +671,8 @@ COVERED_ELSEWHERE = {
     "messages_receipt_token_unknown": "test_a_signature_whose_turn_is_gone_is_counted",
     "messages_store_failed": "test_a_failed_turn_write_is_counted_and_the_answer_still",
     "stream_folded": "test_a_responses_client_asking_for_one_answer_gets_the_folded_stream",
+    # Google's array-wrapped refusal, through the chat door beside the bodies relayed as sent.
+    "error_body_unwrapped": "test_a_chat_client_gets_the_upstreams_refusal_as_sent_but_for",
     # The parameter kinds need an upstream that refuses a parameter with its real error body
     # (tests/support/rejecting_upstream.py), and two requests for the one learned.
     "parameter_dropped": "test_each_table_rule_meets_an_upstream_that_refuses_exactly_that",

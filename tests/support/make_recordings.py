@@ -241,8 +241,9 @@ CASES = [
     ),
     Case(
         "gemini_error_400_array",
-        'Gemini\'s 400 as a JSON array (`[{"error": …}]`, missing thought_signature) → status '
-        "and body reach the client unchanged.",
+        'Gemini\'s 400 as a JSON array (`[{"error": …}]`, missing thought_signature) → the '
+        "status unchanged, the error object without the array around it "
+        "(`error_body_unwrapped`), as OpenAI's clients read it.",
         error("error_gemini_array"),
     ),
     Case(
