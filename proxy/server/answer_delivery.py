@@ -4,13 +4,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Generic
 
 import httpx
 from starlette.responses import Response
 
+from proxy.learning.refusal_reading import read_refusal
 from proxy.repair.answer import AnswerMachine, Clean
 from proxy.repair.error_shape import KIND as ERROR_SHAPE_KIND
 from proxy.repair.error_shape import unwrapped_error
@@ -88,40 +88,21 @@ class Answer(Generic[F, R]):
     async def _relayed_refusal(self) -> Response:
         """A refusal for a client that speaks the upstream's protocol: as the upstream sent
         it, unless its body is an error object wrapped in an array (repair/error_shape.py).
-        Only a body the proxy can read whole within `ERROR_BODY_BYTES` without decoding is
-        looked at; any other is relayed as it comes."""
-        exchanges, record, upstream = self.exchanges, self.record, self.upstream
-        if upstream.headers.get("content-encoding", "").strip():
-            return self.relayed()
-        pieces = raw_body(upstream)
-        head: list[bytes] = []
-        size = 0
-        try:
-            async for piece in pieces:
-                head.append(piece)
-                size += len(piece)
-                if size > ERROR_BODY_BYTES:
-                    break
-            else:
-                unwrapped = unwrapped_error(b"".join(head))
-                if unwrapped is not None:
-                    await upstream.aclose()
-                    record.tally.count(ERROR_SHAPE_KIND, 1)
-                    headers = exchanges.client_headers(upstream, record.request_id, decoded=True)
-                    response = Response(unwrapped, status_code=upstream.status_code)
-                    response.raw_headers.extend(headers)
-                    return exchanges.failed(record, response)
-        except FAILURES:
-            pass  # what came is relayed; the client sees the body end where the upstream's did
+        The body is looked at within the refusal reader's bound; a longer one, or one that
+        does not decode, is relayed as it comes."""
+        exchanges, record = self.exchanges, self.record
+        upstream, text = await read_refusal(self.upstream)  # every byte still there
+        unwrapped = unwrapped_error(text.encode()) if text is not None else None
+        if unwrapped is not None:
+            await upstream.aclose()
+            record.tally.count(ERROR_SHAPE_KIND, 1)
+            headers = exchanges.client_headers(upstream, record.request_id, decoded=True)
+            response = Response(unwrapped, status_code=upstream.status_code)
+            response.raw_headers.extend(headers)
+            return exchanges.failed(record, response)
         status = upstream.status_code
         headers = exchanges.client_headers(upstream, record.request_id, decoded=False)
-        return relay(
-            upstream,
-            record,
-            headers,
-            lambda: exchanges.finished(record, status),
-            _after(head, pieces),
-        )
+        return relay(upstream, record, headers, lambda: exchanges.finished(record, status))
 
     # ── repaired ───────────────────────────────────────────────────────────
 
@@ -220,14 +201,6 @@ class Answer(Generic[F, R]):
     def _words(self, exc: Exception) -> tuple[str, str]:
         _, message, code = self._failure(exc)
         return message, code
-
-
-async def _after(head: list[bytes], rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """The pieces already read, then the rest of the body."""
-    for piece in head:
-        yield piece
-    async for piece in rest:
-        yield piece
 
 
 def _nothing() -> None:

@@ -41,16 +41,12 @@ def repairs_comment(tally: Tally) -> bytes:
 
 
 def relay(
-    upstream: httpx.Response,
-    record: ExchangeRecord,
-    headers: RawHeaders,
-    on_close: OnClose,
-    body: AsyncIterator[bytes] | None = None,
+    upstream: httpx.Response, record: ExchangeRecord, headers: RawHeaders, on_close: OnClose
 ) -> Response:
     """Errors, non-SSE bodies and other paths: the upstream's bytes as they come, undecoded
-    (their `Content-Encoding` travels with them); `body` when some were read already."""
+    (their `Content-Encoding` travels with them)."""
     return StreamedResponse(
-        ClosingBody(upstream, body if body is not None else raw_body(upstream), record, on_close),
+        ClosingBody(upstream, raw_body(upstream), record, on_close),
         status_code=upstream.status_code,
         headers=[*headers, repairs_header(record.tally)],
     )

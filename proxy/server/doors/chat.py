@@ -146,7 +146,7 @@ class ChatDoor(Door[ChatRequest, ChatRendering]):
         elif whole.as_received:
             body = whole.raw  # not ours to fix: passed on as received
         else:  # a stream folded for a client that asked for JSON, which did not end as one
-            failed = self._failed(end)
+            failed = self.failed_answer(end)
             failed.headers["x-request-id"] = record.request_id
             return failed
         response = Response(body, status_code=upstream.status_code)
@@ -155,12 +155,6 @@ class ChatDoor(Door[ChatRequest, ChatRendering]):
             response.raw_headers.append((b"content-type", b"application/json"))
         response.raw_headers.extend(headers)
         return response
-
-    def _failed(self, end: End) -> Response:
-        if isinstance(end, UpstreamError):
-            return self.upstream_refusal(502, json_codec.dumps(end.body))
-        assert isinstance(end, Aborted)
-        return self.error(502, end.message, end.code)
 
 
 CHAT = ChatDoor()

@@ -20,10 +20,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from proxy.fronts.turns import TurnStore
-from proxy.repair.answer import End, Piece, Whole
+from proxy.repair.answer import Aborted, End, Piece, UpstreamError, Whole
 from proxy.routing.routes import UpstreamRoute
 from proxy.server.record import ExchangeRecord
 from proxy.upstream.headers import RawHeaders
+from proxy.wire import json_codec
 
 
 class FrontRequest(Protocol):
@@ -163,6 +164,14 @@ class Door(ABC, Generic[F, R]):
         """An answer read whole (a body, or a stream folded into one), ended as `whole.end`
         says, as the door's response with the exchange's `x-request-id` (the runner adds the
         repairs header once the exchange is booked)."""
+
+    def failed_answer(self, end: End) -> Response:
+        """An answer that did not end as one, as the door's 502: the upstream's own words for
+        its error, or the proxy's for what else ended it."""
+        if isinstance(end, UpstreamError):
+            return self.upstream_refusal(502, json_codec.dumps(end.body))
+        assert isinstance(end, Aborted)
+        return self.error(502, end.message, end.code)
 
     def records(
         self, front: F, forwarded: dict[str, Any], rendering: R, turn: dict[str, Any] | None

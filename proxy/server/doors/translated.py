@@ -11,7 +11,7 @@ import httpx
 from starlette.responses import Response
 
 from proxy.fronts.translator import Refused, Translator
-from proxy.repair.answer import Aborted, Clean, End, Piece, UpstreamError, Whole
+from proxy.repair.answer import Clean, End, Piece, Whole
 from proxy.server.delivery import SSE_HEADERS, repairs_header
 from proxy.server.doors.door import Arrival, Door, F
 from proxy.server.record import ExchangeRecord
@@ -121,10 +121,3 @@ class TranslatedDoor(Door[F, TranslatedRendering[T]], Generic[F, T]):
             response = self.failed_answer(end)
         response.headers["x-request-id"] = record.request_id
         return response
-
-    def failed_answer(self, end: End) -> Response:
-        """An answer that did not end as one, as the door's 502."""
-        if isinstance(end, UpstreamError):
-            return self.upstream_refusal(502, json_codec.dumps(end.body))
-        assert isinstance(end, Aborted)
-        return self.error(502, end.message, end.code)
