@@ -56,8 +56,8 @@ EXIT_CODES = {
     ),
     "serve": f"exit status: 0 stopped (Ctrl-C or SIGTERM, open streams finished); {USAGE_EXIT}",
     "replay": (
-        "exit status: 0 every cassette as recorded; 1 a cassette changed or broke a client "
-        f"rule; {USAGE_EXIT}, or no cassettes in the directory"
+        "exit status: 0 every cassette as recorded; 1 a cassette changed, broke a client "
+        f"rule or cannot be replayed; {USAGE_EXIT}, or no cassettes in the directory"
     ),
     "explain": f"exit status: 0 explained; {USAGE_EXIT}, or a path that is not a cassette",
     "config": f"exit status: 0 printed; {USAGE_EXIT}",
@@ -275,7 +275,11 @@ def _replay(args: argparse.Namespace) -> int:
         return 2
     for result in results:
         status = "updated" if result.updated else "ok" if result.ok else "CHANGED"
+        if result.unreplayable:
+            status = "STALE"
         print(f"{status:<9} {result.name}")
+        if result.unreplayable:
+            print(f"    {result.unreplayable}")
         if result.diff and not result.updated:
             print("\n".join(f"    {line}" for line in result.diff))
         for problem in result.violations:

@@ -1,5 +1,15 @@
-"""`streamfix replay DIR`: run every cassette's upstream bytes through today's repairs and
-compare with what the client was sent when it was recorded."""
+"""`streamfix replay DIR`: every cassette's request through today's proxy, its upstream
+answering with the cassette's bytes, compared with what the client was sent when it was
+recorded.
+
+The request goes through the door its client spoke to: a chat client's chat request through
+the chat door; a Responses or Messages client's own request (kept beside the chat request it
+became, upstream/client_requests.py) through that front's door. So the server's runner,
+translation, answer machine and rendering answer it, and nothing here renders an answer. What
+a front mints per answer and the heartbeats of a recording (which depend on timing, not on the
+repairs) are set aside in the comparison (`FRONTS`); a replay's upstream is never silent, so
+it sends none.
+"""
 
 from __future__ import annotations
 
@@ -12,13 +22,16 @@ from typing import Any
 import httpx
 
 from proxy.fronts.messages import replay as messages_replay
-from proxy.fronts.rendering import Rendering
+from proxy.fronts.minted import AsRecorded
 from proxy.fronts.responses import replay as responses_replay
 from proxy.repair.conformance import violations
 from proxy.repair.phases import Phases
 from proxy.routing.routes import CHAT_PATH
 from proxy.server.app import PhasesFactory, create_app
 from proxy.server.delivery_mode import Mode, delivery_mode
+from proxy.server.doors.door import Door
+from proxy.server.doors.messages import MESSAGES
+from proxy.server.doors.responses import RESPONSES
 from proxy.settings.schema import Settings
 from proxy.upstream.cassettes import Cassette
 from proxy.upstream.recording import ReplayTransport
@@ -26,29 +39,88 @@ from proxy.upstream.recording import ReplayTransport
 
 @dataclass(frozen=True)
 class Front:
-    """A front whose client copy a cassette may hold: how today's chat answer is rendered for
-    it, and what is left out of the recording (the heartbeats that depend on timing, not on
-    the repairs)."""
+    """A front door whose client copy a cassette may hold, and how that copy compares with
+    today's answer: without the heartbeats, with what each answer mints taken as recorded."""
 
-    name: str
-    rendering: Callable[[bytes, Any], Rendering | None]
-    comparable: Callable[[bytes], bytes]
+    title: str
+    door: Door[Any, Any]
+    recognises: Callable[[bytes], bool]
+    """Whether a client copy is this front's answer (for a cassette recorded before the
+    client's request was kept)."""
+    without_heartbeats: Callable[[bytes], bytes]
+    minted: tuple[str, ...]
+
+    def as_recorded(self, recorded: bytes, today: bytes) -> AsRecorded:
+        """What reads today's bytes with the values this answer minted as recorded."""
+        return AsRecorded(self.without_heartbeats(recorded), today, self.minted)
+
+    def comparable(self, recorded: bytes, today: bytes) -> tuple[bytes, bytes]:
+        """The recorded client copy and today's answer, as a replay compares them."""
+        recorded, today = self.without_heartbeats(recorded), self.without_heartbeats(today)
+        return recorded, AsRecorded(recorded, today, self.minted)(today)
 
 
 FRONTS = (
-    Front("Messages", messages_replay.rendering, messages_replay.without_pings),
-    Front("Responses", responses_replay.rendering, responses_replay.without_keepalives),
+    Front(
+        "Messages",
+        MESSAGES,
+        messages_replay.is_answer,
+        messages_replay.without_pings,
+        messages_replay.MINTED,
+    ),
+    Front(
+        "Responses",
+        RESPONSES,
+        responses_replay.is_answer,
+        responses_replay.without_keepalives,
+        responses_replay.MINTED,
+    ),
 )
 
+REPLAY_TENANT = "streamfix-replay"
+"""The credential a front's replay presents, so its door mints what a client's answer carries
+(a receipt token needs a tenant); never sent anywhere (the upstream is the cassette)."""
 
-def front_of(cassette: Cassette) -> tuple[Front, Rendering] | None:
-    """The front whose client the cassette's client copy was sent to, with a renderer primed
-    with what its recorded answer minted; None for a chat client's cassette."""
+
+def front_of(cassette: Cassette) -> Front | None:
+    """The front whose client the cassette was recorded for: by the path of the client's
+    request, or, in a cassette recorded before it was kept, by the client copy; None for a
+    chat client's."""
+    request = cassette.client_request
     for front in FRONTS:
-        found = front.rendering(cassette.client_body, cassette.body_json)
-        if found is not None:
-            return front, found
+        if request is not None and request.path == front.door.path:
+            return front
+        if request is None and front.recognises(cassette.client_body):
+            return front
     return None
+
+
+@dataclass(frozen=True)
+class Sent:
+    """A request as a replay sends it to the proxy."""
+
+    method: str
+    path: str
+    query: str
+    headers: dict[str, str]
+    body: bytes
+
+
+def chat_request(cassette: Cassette) -> Sent:
+    """The chat request the cassette recorded going upstream, to the chat door's path."""
+    path = f"/v1/{cassette.path}"
+    return Sent(
+        cassette.method, path, cassette.query, cassette.request_headers, cassette.request_body
+    )
+
+
+def door_request(cassette: Cassette) -> Sent:
+    """The request the cassette's client sent: its own, kept for a front's client, else the
+    chat request (a chat client's is its own)."""
+    kept = cassette.client_request
+    if kept is None:
+        return chat_request(cassette)
+    return Sent(kept.method, kept.path, kept.query, kept.headers, kept.body)
 
 
 def diff_lines(recorded: bytes, today: bytes) -> list[str]:
@@ -67,10 +139,20 @@ class CassetteResult:
     violations: list[str] = field(default_factory=list)
     output: bytes = b""
     updated: bool = False
+    unreplayable: str = ""
+    """Why the cassette cannot be replayed as its client was answered (empty when it can)."""
 
     @property
     def ok(self) -> bool:
+        if self.unreplayable:
+            return False
         return not self.violations and (not self.diff or self.updated)
+
+
+UNREPLAYABLE = (
+    "a {} client's cassette recorded before the client's own request was kept: its door "
+    "cannot be replayed without it (record it again)"
+)
 
 
 def settings_for(cassette: Cassette, settings: Settings) -> Settings:
@@ -95,11 +177,15 @@ async def replayed(
     phases_factory: PhasesFactory = Phases,
     credential: str | None = None,
     headers: dict[str, str] | None = None,
+    request: Sent | None = None,
 ) -> httpx.Response:
-    """The client's response when the cassette's request goes through a proxy whose upstream
-    answers with the cassette's bytes; the body is read in full. Cassettes hold no credential,
-    so a replay has no tenant and keeps no receipts, unless `credential` gives it one; `headers`
-    are added to the client's (`x-streamfix-debug` for the stream's repair counts)."""
+    """The client's response when `request` (by default the cassette's chat request) goes
+    through a proxy whose upstream answers with the cassette's bytes; the body is read in
+    full. Cassettes hold no credential, so a replay has no tenant and keeps no receipts, unless
+    `credential` gives it one; `headers` are added to the client's (`x-streamfix-debug` for the
+    stream's repair counts)."""
+    sent = request or chat_request(cassette)
+    settings = settings.with_values({"server.keepalive_seconds": 0}, text=False)
     transport = ReplayTransport([cassette], settings.upstream.base_url)
     app = create_app(settings, transport=transport, phases_factory=phases_factory)
     async with app.router.lifespan_context(app):
@@ -108,14 +194,11 @@ async def replayed(
             transport=client_transport, base_url="http://replay"
         ) as client:
             return await client.request(
-                cassette.method,
-                f"/v1/{cassette.path}",
-                params=cassette.query or None,
-                headers={
-                    **_with_credential(cassette.request_headers, credential),
-                    **(headers or {}),
-                },
-                content=cassette.request_body,
+                sent.method,
+                sent.path,
+                params=sent.query or None,
+                headers={**_with_credential(sent.headers, credential), **(headers or {})},
+                content=sent.body,
             )
 
 
@@ -126,25 +209,27 @@ def _with_credential(headers: dict[str, str], credential: str | None) -> dict[st
 async def check_cassette(path: Path, settings: Settings) -> CassetteResult:
     cassette = Cassette.load(path)
     settings = settings_for(cassette, settings)
-    response = await replayed(cassette, settings)
-    output = response.content
-    recorded_body = cassette.client_body
-    # A front client's cassette: today's chat answer as that front renders it.
-    as_front = front_of(cassette)
-    if as_front is not None:
-        front, rendering = as_front
-        output, recorded_body = rendering.render(output), front.comparable(recorded_body)
-    result = CassetteResult(path.name, output=output)
-    result.diff = diff_lines(recorded_body, output)
-    if as_front is None and delivery_of(cassette, response) is Mode.SSE:
-        result.violations = violations(output, settings.tool_calls.emit)
+    front = front_of(cassette)
+    if front is None:
+        response = await replayed(cassette, settings)
+        result = CassetteResult(path.name, output=response.content)
+        result.diff = diff_lines(cassette.client_body, response.content)
+        if delivery_of(cassette, response) is Mode.SSE:
+            result.violations = violations(response.content, settings.tool_calls.emit)
+        return result
+    if cassette.client_request is None:
+        return CassetteResult(path.name, unreplayable=UNREPLAYABLE.format(front.title))
+    request = door_request(cassette)
+    response = await replayed(cassette, settings, credential=REPLAY_TENANT, request=request)
+    result = CassetteResult(path.name, output=response.content)
+    result.diff = diff_lines(*front.comparable(cassette.client_body, response.content))
     return result
 
 
 def delivery_of(cassette: Cassette, response: httpx.Response) -> Mode:
-    """How the proxy delivered a replayed cassette's answer, by the app's own decision: from
-    the status and type the client got and the encoding the upstream recorded (a repaired body
-    reaches the client decoded). Only a chat completion is ever repaired."""
+    """How the proxy delivered a replayed chat cassette's answer, by the app's own decision:
+    from the status and type the client got and the encoding the upstream recorded (a
+    repaired body reaches the client decoded). Only a chat completion is ever repaired."""
     if cassette.method != "POST" or cassette.path.encode() != CHAT_PATH:
         return Mode.RELAY
     body = cassette.body_json

@@ -7,6 +7,7 @@ command line as CI runs it.
   body.
 - `streamfix replay` fails on a changed repair or an edited client output, with a diff, and
   passes after `--update`; it reports rule violations.
+- A front client's cassette replays the client's own request through its door.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import pytest
 
 from proxy.repair.conformance import violations
 from proxy.upstream.cassettes import Cassette
+from tests.explain.front_recordings import GEMINI, MESSAGES_TOOLS, QUESTION, anthropic_client
 from tests.support.fake_upstream import (
     load_transcript,
     running_fake_upstream,
@@ -257,3 +259,40 @@ def test_replay_check_reports_rule_violations(tmp_path: Path) -> None:
     assert result.returncode == 1
     violations_found = [line for line in result.stdout.splitlines() if "VIOLATION" in line]
     assert any("without an integer index" in line for line in violations_found), result.stdout
+
+
+# ── a front's cassette: the client's own request through its door ────────────
+
+
+def test_a_front_cassette_replays_the_clients_request_through_its_door(tmp_path: Path) -> None:
+    """A Messages exchange recorded by the Anthropic client replays as it was served: the
+    client's own request (kept in the cassette) through the Messages door, answered from the
+    recording. So what the door does to that request shows: a request it refuses is a
+    refusal today, and a cassette without the request cannot be replayed at all."""
+    record = tmp_path / "recorded"
+    with (
+        running_fake_upstream() as (_, root),
+        running_proxy(f"{root}/v1", **{"recording.record_dir": str(record)}) as proxy,
+    ):
+        said = [{"role": "user", "content": QUESTION}]
+        request = {"model": GEMINI, "max_tokens": 400, "tools": MESSAGES_TOOLS, "messages": said}
+        anthropic_client(proxy).messages.create(**request)
+        wait_until(lambda: len(list(record.glob("*.json"))) == 1, "1 cassette", timeout=10.0)
+    [path] = record.glob("*.json")
+    assert statuses(cli("replay", str(record)).stdout) == {path.name: "ok"}
+
+    document = json.loads(path.read_text())
+    assert document["client_request"]["path"] == "/v1/messages"
+    document["client_request"]["body"] = {**request, "max_tokens": "many"}
+    path.write_text(json.dumps(document))
+    refused = cli("replay", str(record))
+    assert refused.returncode == 1 and statuses(refused.stdout) == {path.name: "CHANGED"}
+    assert re.search(
+        r'^\s+\+\{"type":"error","error":\{"type":"invalid_request_error"', refused.stdout, re.M
+    )
+
+    del document["client_request"]
+    path.write_text(json.dumps(document))
+    stale = cli("replay", str(record))
+    assert stale.returncode == 1 and statuses(stale.stdout) == {path.name: "STALE"}
+    assert "recorded before the client's own request was kept" in stale.stdout

@@ -1,10 +1,11 @@
-"""Phases that say which repair made each change: used by `streamfix explain` only.
+"""Which repair made each change: the watched repairs and chain of `streamfix explain`'s
+phases (phases.py).
 
 Every repair books what it changes on the exchange's tally (`Tally.count`). Around each hook
-call the attributing phases snapshot `tally.repairs`, so the kinds counted while repair R
-handled the request or an event are R's, and they note what the hook did (changed the body;
-dropped, replaced, split or added an event). The production phases (`Phases`, `RepairChain`)
-are untouched: their hot loops pay nothing for this.
+call the watchers snapshot `tally.repairs`, so the kinds counted while repair R handled the
+request or an event are R's, and they note what the hook did (changed the body; dropped,
+replaced, split or added an event). The production phases (`Phases`, `RepairChain`) are
+untouched: their hot loops pay nothing for this.
 """
 
 from __future__ import annotations
@@ -15,15 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.explain.diff import Change, change_json, closest_changes, field_changes
-from proxy.repair.forwarded import Forwarded
-from proxy.repair.phases import Phases
+from proxy.explain.diff import Change, change_json, closest_changes
+from proxy.repair.answer_ends import Piece
 from proxy.repair.pipeline import Chunk, Link, RepairChain
-from proxy.repair.repairs import stream_links
-from proxy.repair.request_phase import RequestContext, RequestRepair, request_phase
-from proxy.repair.rules import RouteRules
 from proxy.repair.tally import Tally
-from proxy.repair.tenancy import ReceiptScope
 from proxy.wire.sse import encode
 
 
@@ -59,6 +55,8 @@ class Step:
     client: list[bytes] = field(default_factory=list)
     """The events sent for it, encoded as they went out (possibly none)."""
     labels: list[Label] = field(default_factory=list)
+    pieces: list[Piece] = field(default_factory=list)
+    """What the chain handed on for it, as the answer machine hands it to the door."""
 
 
 @dataclass
@@ -77,6 +75,8 @@ class Attribution:
 
     def __init__(self, tally: Tally) -> None:
         self.tally = tally
+        self.translation = dict(tally.repairs)
+        """What the door's translation counted: all the tally holds before the repairs run."""
         self.steps: list[Step] = []
         self.body_labels: list[Label] = []
         self.request: BodyChange | None = None
@@ -91,36 +91,6 @@ class Attribution:
         return dict(self.tally.repairs - before)
 
 
-class _WatchedRequest(RequestRepair):
-    """Runs one request repair and labels what it did to the body."""
-
-    def __init__(self, repair: RequestRepair, attribution: Attribution) -> None:
-        self.inner = repair
-        self._attribution = attribution
-
-    @property
-    def name(self) -> str:
-        return self.inner.name  # the failing repair's own name in the log, not the watcher's
-
-    async def apply(self, body: dict[str, Any], context: RequestContext) -> bool:
-        attribution = self._attribution
-        before, original = attribution.snapshot(), _copy(body)
-        try:
-            changed = await self.inner.apply(body, context)
-        except Exception as exc:
-            label = Label(
-                self.name, attribution.kinds_since(before), f"failed: {type(exc).__name__}"
-            )
-            attribution.body_labels.append(label)
-            raise
-        kinds = attribution.kinds_since(before)
-        changes = field_changes(original, _copy(body))
-        if changed or kinds or changes:
-            label = Label(self.name, kinds, "changed" if changed else "", changes)
-            attribution.body_labels.append(label)
-        return changed
-
-
 class _Watched(Link):
     """Runs one link's hooks and reports each call to the chain."""
 
@@ -131,7 +101,7 @@ class _Watched(Link):
         self._chain = chain
 
     def on_chunk(self, chunk: Chunk) -> list[Chunk] | None:
-        before, original = self._chain.snapshot(), _copy(chunk)  # before the link mutates it
+        before, original = self._chain.snapshot(), copied(chunk)  # before the link mutates it
         try:
             result = self.inner.on_chunk(chunk)
         except Exception as exc:
@@ -141,7 +111,7 @@ class _Watched(Link):
             self._chain.attribute(self.name, before, "")
         else:
             # Copied now: the links after this one may still change what it passed on.
-            changes = closest_changes(original, [_copy(out) for out in result])
+            changes = closest_changes(original, [copied(out) for out in result])
             self._chain.attribute(self.name, before, _stream_action(chunk, result), changes)
         return result
 
@@ -160,40 +130,11 @@ def _stream_action(chunk: Chunk, result: list[Chunk]) -> str:
     return f"split into {len(result)}"
 
 
-def _copy(value: Any) -> Any:
+def copied(value: Any) -> Any:
     """A copy to compare with later: `deepcopy`, which, unlike a JSON round trip, cannot fail
     on what a repair accepts (an integer past 64 bits), so the watching never turns into the
     repair's failure."""
     return copy.deepcopy(value)
-
-
-class AttributingPhases(Phases):
-    """`Phases` whose request repairs and links are watched: one `Attribution` per exchange
-    (`attributions`, in the order the exchanges came)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.attributions: list[Attribution] = []
-        self._by_tally: dict[int, Attribution] = {}
-
-    async def request(
-        self, body: dict[str, Any], rules: RouteRules, scope: ReceiptScope, tally: Tally
-    ) -> tuple[Forwarded, bool]:
-        attribution = Attribution(tally)
-        self.attributions.append(attribution)
-        self._by_tally[id(tally)] = attribution
-        watched = [_WatchedRequest(repair, attribution) for repair in self.request_repairs]
-        attribution.request = BodyChange(_copy(body))
-        forwarded, changed = await request_phase(
-            body, rules, scope, tally, watched, strict=self.options.strict
-        )
-        attribution.request.after, attribution.request.labels = _copy(body), attribution.body_labels
-        return forwarded, changed
-
-    def stream(self, forwarded: Forwarded, tally: Tally) -> AttributingChain:
-        attribution = self._by_tally.get(id(tally)) or Attribution(tally)
-        links = stream_links(self.options, forwarded, tally, self.store)
-        return AttributingChain(links, attribution, strict=self.options.strict)
 
 
 class AttributingChain(RepairChain):
@@ -255,16 +196,17 @@ class AttributingChain(RepairChain):
             self._current, self._depth = None, 0
         # Encoded now, as the stream loop does next: a repair may still mutate what it kept.
         step.client = [out_raw if out_raw is not None else encode(out) for out, out_raw in items]
+        step.pieces = list(items)
         return items
 
     async def on_response(self, body: dict[str, Any]) -> bool:
         """A non-streamed body goes through the links as a one-event stream: what they did to
         its event (and the events they added) is the body's, not rows of a stream."""
-        response = self.attribution.response = BodyChange(_copy(body))
+        response = self.attribution.response = BodyChange(copied(body))
         first = len(self.steps)
         changed = await super().on_response(body)
         trip, self.steps[first:] = self.steps[first:], []
-        response.after = _copy(body)
+        response.after = copied(body)
         # A link that rebuilt the event the same (a message's calls) changed nothing.
         labels = [label for step in trip for label in step.labels]
         response.labels = [label for label in labels if changed or label.kinds]

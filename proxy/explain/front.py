@@ -1,13 +1,15 @@
 """The front side of a Responses or Messages exchange, as `streamfix explain` shows it: the
-client's own request and the chat request it became, the front events each repaired chat
-event became, the terminal, and whether today's rendering is what the client was sent.
+client's own request and the chat request it became, the front events each chat event became,
+the terminal, and whether today's answer is what the client was sent.
 
-The chat side is explained as for any cassette (run.py). Then the repaired chat events, row by
-row, go through the front's translator primed with what the recorded answer minted (the
-replay's `Rendering`: fronts/rendering.py), so each row carries the front events it produced;
-the start and the terminal belong to no chat event. The rows' front events, joined, are the
-front's rendering of the whole chat answer, which is what `streamfix replay` compares with the
-recorded client copy; explain compares the same way.
+The exchange is replayed as it was served: the client's own request through its front's door
+(run.py), so the translation, the answer machine and the door's rendering are the server's.
+The rendering was watched event by event (answer_record.py), so each chat row carries the
+front events the door rendered for it; the start and the terminal belong to no chat event.
+Today's answer is compared with the recorded client copy as `streamfix replay` compares them
+(replay_check.py: heartbeats aside, what each answer mints taken as recorded), and shown with
+the recorded answer's ids. A cassette recorded before the client's request was kept cannot go
+through its door: only its chat side is explained.
 """
 
 from __future__ import annotations
@@ -15,12 +17,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
+
+from proxy.explain.answer_record import AnswerRecord
 from proxy.explain.attribution import Label
 from proxy.explain.front_shapes import SHAPES, Shape, chat_shape
-from proxy.fronts.rendering import chat_object, sse_data
-from proxy.replay_check import diff_lines, front_of
+from proxy.explain.rows import Row
+from proxy.replay_check import Front, diff_lines
 from proxy.upstream.cassettes import Cassette
 from proxy.upstream.client_requests import ClientRequest
+from proxy.wire import json_codec
+from proxy.wire.sse import SSEDecoder
+
+_RECORDED = "recorded, from the proxy's store, which a cassette does not hold"
 
 
 @dataclass
@@ -37,20 +46,22 @@ class FrontView:
     start: list[bytes] = field(default_factory=list)
     """Events sent before any chat event: the answer's opening."""
     rows: list[list[bytes]] = field(default_factory=list)
-    """Per chat row (run.py's rows, in order), the front events it became."""
+    """Per chat row (rows.py's rows, in order), the front events it became."""
     end: list[bytes] = field(default_factory=list)
     """After the last chat event: what closes the answer, and its terminal event."""
     answer: list[bytes] = field(default_factory=list)
-    """A whole chat answer's front rendering: the body, or a streamed client's events."""
+    """An answer sent whole: the body, or a streamed client's events."""
     counts: dict[str, int] = field(default_factory=dict)
-    """What the front's events translation counted today."""
+    """What the door's rendering counted today."""
+    translated: dict[str, int] = field(default_factory=dict)
+    """What the door's translation counted today."""
     diff: list[str] = field(default_factory=list)
-    """Where the recorded client copy differs from today's rendering (heartbeats aside)."""
+    """Where the recorded client copy differs from today's answer (heartbeats aside)."""
     accounted: bool = True
-    """Whether the rows' front events add up to today's rendering of the whole answer."""
+    """Whether the rows' front events add up to today's answer."""
     rendered: bool = True
-    """False when today's chat answer was relayed as received (an upstream error, a body
-    that is not a completion): the front would not have rendered it."""
+    """False when the exchange could not go through the front's door (a cassette recorded
+    before the client's request was kept)."""
 
     @property
     def translation(self) -> dict[str, int]:
@@ -59,63 +70,68 @@ class FrontView:
 
     @property
     def translation_labels(self) -> list[Label]:
-        """The translation's part, as a repair's is shown: recorded, not replayed (it read
-        the proxy's store, which a cassette does not hold)."""
-        return [Label("translation", self.translation, "recorded")] if self.translation else []
+        """The translation's part today, as a repair's is shown."""
+        if not self.translated:
+            return []
+        same = self.translated == self.translation
+        return [Label("translation", self.translated, "as recorded" if same else "replayed")]
+
+    @property
+    def recorded_labels(self) -> list[Label]:
+        """What the translation counted when recorded, where today's differs: it read the
+        proxy's store, which a cassette does not hold."""
+        if not self.translation or self.translation == self.translated:
+            return []
+        return [Label("translation", self.translation, _RECORDED)]
 
     @property
     def events_labels(self) -> list[Label]:
-        """What the front's events translation counted today, over the whole answer."""
+        """What the door's rendering counted today, over the whole answer."""
         return [Label("front events", self.counts, "")] if self.counts else []
 
 
 def front_view(
-    cassette: Cassette, mode: str, chat_rows: list[list[bytes]], chat_output: bytes
-) -> FrontView | None:
-    """The front side of `cassette`, or None for a chat client's. `chat_rows` are the chat
-    events sent per row, `chat_output` today's whole chat answer; `mode` is explain's."""
-    found = front_of(cassette)
-    if found is None:
-        return None
-    front, rendering = found
+    cassette: Cassette,
+    front: Front,
+    rows: list[Row],
+    record: AnswerRecord | None,
+    response: httpx.Response | None,
+) -> FrontView:
+    """The front side of `cassette`: `response` is the door's answer today (None when it could
+    not be replayed through the door), `record` its answer's record (None when no answer went
+    through the machine), `rows` explain's chat rows."""
     request = cassette.client_request
     view = FrontView(
-        front.name,
-        rendering.streamed,
+        front.title,
+        cassette.client_body.startswith(b"event:"),
         request,
-        SHAPES[front.name](request.body_json) if request is not None else {},
+        SHAPES[front.title](request.body_json) if request is not None else {},
         chat_shape(cassette.body_json),
+        rows=[[] for _ in rows],
     )
-    if mode == "relayed":  # not a chat answer the front would render: nothing to compare
+    if response is None:
         view.rendered = False
-        view.rows = [[] for _ in chat_rows]
         return view
-    today = rendering.render(chat_output)
-    view.diff = diff_lines(front.comparable(cassette.client_body), today)
-    # A second renderer, driven row by row: the first one's state is spent.
-    again = front_of(cassette)
-    assert again is not None
-    _, stepwise = again
-    if mode == "stream" and stepwise.streamed:
-        view.start = stepwise.start()
-        view.rows = [
-            [out for raw in sent for data in sse_data(raw) for out in stepwise.event(data)]
-            for sent in chat_rows
-        ]
-        view.end = stepwise.end()
-        joined = view.start + [out for row in view.rows for out in row] + view.end
-        view.accounted = b"".join(joined) == today
-    else:  # one body: the whole answer at once
-        view.answer = _answer(stepwise.render(chat_output), stepwise.streamed)
-        view.rows = [[] for _ in chat_rows]
-    view.counts = dict(stepwise.translator.counts)
+    today = response.content
+    view.streamed = response.headers.get("content-type", "").startswith("text/event-stream")
+    view.diff = diff_lines(*front.comparable(cassette.client_body, today))
+    as_recorded = front.as_recorded(cassette.client_body, today)
+    if record is None or record.mode != "stream":
+        view.answer = _events(as_recorded(today)) if view.streamed else [as_recorded(today)]
+    else:
+        view.start = _events(as_recorded(record.start))
+        view.rows = [_events(as_recorded(row.door)) for row in rows]
+        closing = record.end_bytes + record.terminal
+        view.end = _events(as_recorded(closing))
+        joined = record.start + b"".join(row.door for row in rows) + closing
+        view.accounted = record.in_step and joined == today
+    if record is not None:
+        view.counts = dict(record.counts)
     return view
 
 
-def _answer(rendered: bytes, streamed: bool) -> list[bytes]:
-    """The rendering as shown: one body, or a streamed client's events one by one."""
-    if not streamed:
-        return [rendered]
+def _events(rendered: bytes) -> list[bytes]:
+    """A front's events one by one."""
     return [event + b"\n\n" for event in rendered.split(b"\n\n") if event]
 
 
@@ -123,7 +139,18 @@ def front_value(raw: bytes) -> Any:
     """A front event or body as shown: its JSON (an event's data names its type), else text."""
     text: str | None = raw.decode("utf-8", "replace")
     if raw.startswith((b"event:", b"data:")):
-        data = [piece for piece in sse_data(raw) if piece is not None]
+        decoder = SSEDecoder(len(raw) + 1)
+        data = [event.data for event in [*decoder.feed(raw), *decoder.flush()] if event.data]
         text = data[0] if len(data) == 1 else None
-    value = chat_object(text)
+    value = _object(text)
     return value if value is not None else raw.decode("utf-8", "replace").strip()
+
+
+def _object(text: str | None) -> dict[str, Any] | None:
+    if not text or not text.startswith("{"):
+        return None
+    try:
+        value = json_codec.loads(text)
+    except json_codec.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None

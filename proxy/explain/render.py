@@ -9,7 +9,8 @@ from proxy.explain.attribution import BodyChange, Label
 from proxy.explain.diff import MISSING, Change, change_json, field_changes
 from proxy.explain.front import FrontView, front_value
 from proxy.explain.front_shapes import shape_text
-from proxy.explain.run import Explanation, Row
+from proxy.explain.rows import Row
+from proxy.explain.run import Explanation
 from proxy.wire import json_codec
 from proxy.wire.sse import SSEDecoder
 
@@ -80,6 +81,7 @@ def _front_json(front: FrontView | None) -> dict[str, Any] | None:
         },
         "chat_request": {"shape": front.chat_shape},
         "labels": [label.to_json() for label in front.translation_labels],
+        "recorded_translation": front.translation if front.request is not None else None,
         "start": [front_value(raw) for raw in front.start],
         "end": [front_value(raw) for raw in front.end],
         "answer": [front_value(raw) for raw in front.answer],
@@ -107,6 +109,8 @@ def to_json(explanations: list[Explanation]) -> dict[str, Any]:
                 "front": _front_json(item.front),
                 "events": [_row_json(item, number) for number in range(len(item.rows))],
                 "relayed": item.relayed.decode("utf-8", "replace") if item.relayed else None,
+                "end": item.end or None,
+                "end_detail": item.end_detail or None,
                 "notes": [label.to_json() for label in item.notes],
                 "totals": item.totals,
                 "accounted": item.accounted,
@@ -212,18 +216,28 @@ def _front_request_lines(front: FrontView, style: Style) -> list[str]:
         lines = [f"front request ({front.api}, {request.method} {request.path}, {how}):"]
         lines.append(f"  client    {shape_text(front.front_shape)}")
     lines.append(f"  chat      {shape_text(front.chat_shape)}")
-    return lines + _labels_lines(front.translation_labels, style)
+    labels = front.translation_labels + front.recorded_labels
+    return lines + _labels_lines(labels, style)
+
+
+_ASIDE = "heartbeats and per-answer ids aside"
 
 
 def _front_verdict(front: FrontView, style: Style) -> list[str]:
     lines = _labels_lines(front.events_labels, style)
     if not front.rendered:
-        return [*lines, "front: not rendered: the chat answer was relayed as received"]
+        return [
+            *lines,
+            "front: not replayed: the cassette was recorded before the client's request was "
+            "kept, and its door needs it",
+        ]
     if not front.accounted:
-        lines.append(style("31", "note: these front events do not add up to today's rendering"))
+        lines.append(style("31", "note: these front events do not add up to today's answer"))
     if not front.diff:
-        return [*lines, "front: today's rendering is what the client was sent (heartbeats aside)"]
-    lines.append(style("31", "front: what the client was sent differs from today's rendering:"))
+        return [*lines, f"front: today's answer is what the client was sent ({_ASIDE})"]
+    lines.append(
+        style("31", f"front: what the client was sent differs from today's answer ({_ASIDE}):")
+    )
     return lines + [f"    {line}" for line in front.diff]
 
 
@@ -234,8 +248,11 @@ def to_text(item: Explanation, style: Style) -> str:
         lines += _front_request_lines(front, style)
     lines += _body_lines("request", item.request, style)
     lines += _body_lines("response", item.response, style)
+    said = item.relayed.decode("utf-8", "replace").strip()
     if item.mode == "relayed":
-        lines.append(f"relayed as received: {item.relayed.decode('utf-8', 'replace').strip()}")
+        lines.append(f"relayed as received: {said}")
+    elif item.mode == "refused":
+        lines.append(f"refused, in the door's own error shape: {said}")
     if front is not None:
         lines += _front_lines("front answer", front.answer, style)
         lines += _front_lines("front start", front.start, style)
@@ -245,6 +262,9 @@ def to_text(item: Explanation, style: Style) -> str:
             lines += _front_lines("", front.rows[number - 1], style)
     if front is not None:
         lines += _front_lines("front end", front.end, style)
+    if item.end:
+        detail = f" ({item.end_detail})" if item.end_detail else ""
+        lines.append(f"end: {item.end}{detail}")
     if item.notes:
         lines.append("not tied to one event:")
         lines += _labels_lines(item.notes, style)

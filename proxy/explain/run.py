@@ -1,5 +1,6 @@
-"""Replaying one cassette through today's repairs with an attributing chain, and pairing each
-upstream event with what the client was sent for it."""
+"""Replaying one cassette as it was served, through the door its client spoke to, on phases
+that attribute each change to its repair and a machine that records what it did with each
+upstream event (phases.py); the rows are read off that record (rows.py)."""
 
 from __future__ import annotations
 
@@ -7,19 +8,18 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
-
-from proxy.explain.attribution import AttributingPhases, Attribution, BodyChange, Label, Step
+from proxy.explain.answer_record import AnswerRecord
+from proxy.explain.attribution import Attribution, BodyChange, Label
 from proxy.explain.front import FrontView, front_view
-from proxy.repair.pipeline import as_chunk, is_done, is_upstream_error
+from proxy.explain.phases import AttributingPhases
+from proxy.explain.rows import Row, chat_rows, end_words
 from proxy.repair.repairs import ChainOptions
-from proxy.replay_check import delivery_of, replayed, settings_for
+from proxy.replay_check import chat_request, door_request, front_of, replayed, settings_for
 from proxy.server.delivery_mode import Mode
 from proxy.settings.schema import Settings
 from proxy.store.protocol import Store
 from proxy.upstream.body_decoding import decoder_for
 from proxy.upstream.cassettes import Cassette
-from proxy.wire.sse import DONE, SSEDecoder, SSEEvent
 
 
 class Unreadable(Exception):
@@ -27,31 +27,28 @@ class Unreadable(Exception):
 
 
 @dataclass
-class Row:
-    """One upstream event (None: added by the proxy) and the client events sent for it."""
-
-    upstream: bytes | None
-    client: list[bytes]
-    labels: list[Label] = field(default_factory=list)
-
-
-@dataclass
 class Explanation:
     name: str
     status: int
     mode: str
-    """`stream` (events repaired), `json` (a body repaired) or `relayed` (passed as is)."""
+    """`stream` (events repaired), `json` (a body repaired), `folded` (a stream folded into
+    one body), `relayed` (passed as is) or `refused` (answered with the front's error)."""
     request: BodyChange | None = None
     response: BodyChange | None = None
     rows: list[Row] = field(default_factory=list)
     relayed: bytes = b""
-    """The client's body when it was relayed rather than repaired."""
+    """The client's body when it was relayed or refused rather than repaired."""
+    end: str = ""
+    """How the answer ended, as the machine decided: `clean`, `upstream error`,
+    `truncated`, `no events`, `not an answer`; empty when no answer went through it."""
+    end_detail: str = ""
     notes: list[Label] = field(default_factory=list)
     """Changes tied to no one event: what repairs counted at stream end without adding an
     event, and what the stream loop or the proxy counted (`pipeline`)."""
     totals: dict[str, int] = field(default_factory=dict)
     accounted: bool = True
-    """Whether the rows' client events are, byte for byte, what the client was sent."""
+    """Whether the rows' client events are, byte for byte, what the client was sent (for a
+    front's client: what its door was handed, event by event)."""
     front: FrontView | None = None
     """A Responses or Messages client's side of the exchange (front.py); None for a chat
     client's."""
@@ -81,6 +78,8 @@ EXPLAIN_TENANT = "streamfix-explain"
 
 async def explain(path: Path, settings: Settings) -> Explanation:
     cassette = load(path)
+    front = front_of(cassette)
+    through_front = front is not None and cassette.client_request is not None
     built: list[AttributingPhases] = []
 
     def attributing(options: ChainOptions, store: Store) -> AttributingPhases:
@@ -89,113 +88,52 @@ async def explain(path: Path, settings: Settings) -> Explanation:
         return phases
 
     # A made-up tenant, so the receipt repairs show what they would capture and strip.
+    request = door_request(cassette) if through_front else chat_request(cassette)
     settings = settings_for(cassette, settings)
-    response = await replayed(cassette, settings, attributing, credential=EXPLAIN_TENANT)
-    attributions = built[0].attributions if built else []
-    seen = attributions[0] if attributions else None
-    result = Explanation(path.name, response.status_code, _mode(cassette, response, seen))
-    if seen is None:  # refused before any repair ran
+    response = await replayed(
+        cassette, settings, attributing, credential=EXPLAIN_TENANT, request=request
+    )
+    phases = built[0] if built else None
+    seen = phases.attributions[0] if phases is not None and phases.attributions else None
+    record = phases.answer_of(seen) if phases is not None and seen is not None else None
+    result = Explanation(path.name, response.status_code, _mode(record, seen, through_front))
+    if seen is not None:
+        result.request, result.response = seen.request, seen.response
+    if record is not None:
+        result.end, result.end_detail = end_words(record.end, record.mode != Mode.JSON.value)
+        if result.mode == Mode.SSE.value:
+            result.rows = chat_rows(record, _upstream_body(cassette), not through_front)
+            sent = b"".join(b"".join(row.client) for row in result.rows)
+            result.accounted = record.in_step and (through_front or sent == response.content)
+    if result.mode in (Mode.RELAY.value, Mode.REFUSED.value):
         result.relayed = response.content
-        return result
-    result.request, result.response = seen.request, seen.response
-    if result.mode == "stream":
-        result.rows = _rows(_upstream_events(cassette), seen.steps, response.content)
-        result.accounted = _sent(result.rows) == response.content
-    elif result.mode == "relayed":
-        result.relayed = response.content
-    _total(result, seen)
-    sent = [row.client for row in result.rows]
-    result.front = front_view(cassette, result.mode, sent, response.content)
-    if result.front is not None:
-        # What the front counted, as the exchange's tally holds it beside the repairs'.
-        totals = Counter(result.totals)
-        totals.update(result.front.translation)
-        totals.update(result.front.counts)
-        result.totals = dict(sorted(totals.items()))
+    if front is not None:
+        replay = response if through_front else None
+        result.front = front_view(cassette, front, result.rows, record, replay)
+        result.front.translated = seen.translation if seen is not None else {}
+    if seen is not None:
+        _total(result, seen)
     return result
 
 
-def _mode(cassette: Cassette, response: httpx.Response, seen: Attribution | None) -> str:
-    """How the proxy answered: the app's own decision (server/delivery_mode.py)."""
-    if seen is None:  # refused, or a path no repair reads
-        return Mode.RELAY.value
-    mode = delivery_of(cassette, response)
-    if mode is Mode.JSON and seen.response is None:
-        return Mode.RELAY.value  # not a JSON object: passed on as received
-    return mode.value
+def _mode(record: AnswerRecord | None, seen: Attribution | None, through_front: bool) -> str:
+    """How the proxy answered, as its answer machine was driven."""
+    if record is None:  # a refusal, or a path no repair reads
+        return Mode.REFUSED.value if through_front else Mode.RELAY.value
+    unread = seen is not None and seen.response is None
+    if record.mode == Mode.JSON.value and unread and not through_front:
+        return Mode.RELAY.value  # not a completion: passed on as received
+    return record.mode
 
 
-def _upstream_events(cassette: Cassette) -> list[tuple[SSEEvent, Label | None]]:
-    """The upstream's events as the stream loop decodes them, each with what the decoding
-    changed in its framing (an event cut off a single-newline stream, a blank line added)."""
-    # Undecodable bodies are relayed (never here); identity otherwise keeps the types simple.
+def _upstream_body(cassette: Cassette) -> bytes:
+    """The upstream's body as the machine read it, decoded."""
+    # Undecodable bodies are refused (never here); identity otherwise keeps the types simple.
     decoder = decoder_for(cassette.response_headers.get("content-encoding", "")) or decoder_for("")
     assert decoder is not None
     pieces = [b"".join(decoder.decode(chunk.data)) for chunk in cassette.chunks]
     pieces.append(decoder.flush())
-    body = b"".join(pieces)
-    sse = SSEDecoder()
-    events = [event for piece in pieces for event in sse.feed(piece)] + sse.flush()
-    out: list[tuple[SSEEvent, Label | None]] = []
-    offset = 0
-    for event in events:
-        if body.startswith(event.raw, offset):
-            offset += len(event.raw)
-            out.append((event, None))
-            continue
-        # The decoder terminated the event: find how much of it the upstream sent.
-        offset += next(
-            n for n in range(len(event.raw), -1, -1) if body.startswith(event.raw[:n], offset)
-        )
-        last = event is events[-1]
-        kinds = {} if last else {"events_split": 1}
-        out.append((event, Label("pipeline", kinds, "blank line added" if last else "split")))
-    return out
-
-
-def _rows(
-    events: list[tuple[SSEEvent, Label | None]], steps: list[Step], client: bytes
-) -> list[Row]:
-    """Upstream events in order: those the chain was handed get its step; the rest passed as
-    they were, except `[DONE]`, which the stream loop sends once, after the closing events,
-    and only when the upstream ended cleanly (after an in-band error, everything passes)."""
-    from_upstream = [step for step in steps if step.upstream is not None]
-    added = [step for step in steps if step.upstream is None]
-    rows: list[Row] = []
-    done: Row | None = None
-    errored = False
-    position = 0
-    for event, framing in events:
-        labels = [framing] if framing else []
-        if errored:
-            rows.append(Row(event.raw, [event.raw], labels))
-        elif position < len(from_upstream) and from_upstream[position].upstream == event.raw:
-            step = from_upstream[position]
-            position += 1
-            rows.append(Row(event.raw, step.client, labels + step.labels))
-        elif is_upstream_error(event, as_chunk(event)):
-            errored = True
-            ends = Label("pipeline", {"upstream_error_event": 1}, "relayed; repairs end here")
-            rows.append(Row(event.raw, [event.raw], [*labels, ends]))
-        elif is_done(event):
-            if done is None:
-                done = Row(event.raw, [], labels)
-            else:
-                rows.append(Row(event.raw, [], [*labels, Label("pipeline", {}, "dropped")]))
-        else:
-            rows.append(Row(event.raw, [event.raw], labels))
-    rows += [Row(None, step.client, step.labels) for step in added]
-    if client.endswith(DONE) and not _sent(rows).endswith(DONE):
-        if done is None:
-            done = Row(None, [], [Label("pipeline", {"done_added": 1}, "added")])
-        done.client = [DONE]
-    if done is not None:
-        rows.append(done)
-    return rows
-
-
-def _sent(rows: list[Row]) -> bytes:
-    return b"".join(b"".join(row.client) for row in rows)
+    return b"".join(pieces)
 
 
 def _total(result: Explanation, seen: Attribution) -> None:
@@ -204,11 +142,13 @@ def _total(result: Explanation, seen: Attribution) -> None:
     for body in (result.request, result.response):
         if body is not None:
             labels += body.labels
+    if result.front is not None:
+        labels += result.front.translation_labels + result.front.events_labels
     attributed: Counter[str] = Counter()
     for label in labels:
         attributed.update(label.kinds)
     counted = Counter(seen.tally.repairs)
-    # Kinds only explain names (`done_added`) count where it saw them; the rest as booked.
+    # Kinds only explain names count where it saw them; the rest as booked.
     totals = counted | attributed
     rest = dict(totals - attributed)
     result.notes = list(seen.end_labels)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from proxy.repair.answer import CLEAN, Aborted, Clean, End, UpstreamError
+from proxy.repair.answer_ends import CLEAN, Aborted, Clean, End, UpstreamError
 
 Chunk = dict[str, Any]
 Message = dict[str, Any]

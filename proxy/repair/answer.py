@@ -1,109 +1,40 @@
 """The answer machine: one upstream answer, from what the upstream sends to what a door
-renders, with an explicit end. Every door (chat completions, Responses, Messages) and
-`streamfix explain` drive this one machine; what differs between them is only how a door
-renders its pieces and its end (server/doors/).
+renders, with an explicit end. Every door (chat completions, Responses, Messages),
+`streamfix replay` and `streamfix explain` drive this one machine; what differs between them
+is only how a door renders its pieces and its end (server/doors/).
 
 It is sans-I/O: it is handed the upstream's bytes as they arrive (`feed`), told when they ran
 out (`finish`) or broke off (`broke_off`), or handed one whole body (`whole`, `folded`). It
 reads no socket and keeps no clock; silence is the driver's (one keepalive timer per stream).
 
-How an answer can end, each decided here and nowhere else:
-
-- `Clean`: the upstream ended its stream with `[DONE]`, or ran out after a finish reason (then
-  the repairs' closing chunks follow). A whole body that is a chat completion.
-- `UpstreamError`: the upstream's own error inside a 200 (Groq's `event: error`, OpenRouter's
-  chunk with a top-level `error`, a whole body that is an error): nothing is invented after
-  it, neither the repairs' closing chunks (a finish "stop" would turn the failure into a
-  normal end) nor a `[DONE]`; calls still held back are not sent, the turn failed.
-- `Truncated`: the stream broke off (the transport failed, an event outgrew its bound) or ran
-  out before any finish reason and without `[DONE]`: a cut answer must not look complete.
-- `NoEvents`: a 200 event stream without one event with data in it (empty, comments only, an
-  HTML page, JSON labelled an event stream): "the model said nothing" would be invented.
-- `NotAnAnswer`: a whole body that is not a chat completion.
+How an answer can end (answer_ends.py) is decided here and nowhere else.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from proxy.repair.answer_ends import (
+    CLEAN,
+    NO_ANSWER,
+    NO_EVENTS,
+    NOT_A_COMPLETION,
+    UNFINISHED,
+    Clean,
+    End,
+    NoEvents,
+    NotAnAnswer,
+    Piece,
+    Truncated,
+    UpstreamError,
+    Whole,
+)
 from proxy.repair.pipeline import Chunk, RepairChain, as_chunk, is_done, is_upstream_error
+from proxy.repair.rendering import Rendering
 from proxy.repair.stream_fold import folded_completion
 from proxy.repair.tally import Tally
 from proxy.wire import json_codec
 from proxy.wire.sse import SSEDecoder
-
-# ── how an answer ends ─────────────────────────────────────────────────────
-
-
-@dataclass(frozen=True, slots=True)
-class Clean:
-    """The upstream ended normally: with `[DONE]` (`done_seen`), or after a finish reason."""
-
-    done_seen: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class UpstreamError:
-    """The upstream reported an error inside its answer: its JSON object (or its event's
-    text, as `{"message": …}`), and the event's bytes as received (empty for a whole body)."""
-
-    body: Any
-    raw: bytes = b""
-
-
-@dataclass(frozen=True, slots=True)
-class Aborted:
-    """The answer did not end as an answer: the proxy's words for why."""
-
-    message: str
-    code: str = "stream_aborted"
-
-
-@dataclass(frozen=True, slots=True)
-class Truncated(Aborted):
-    """Broke off, outgrew a bound, or ran out before it finished."""
-
-
-@dataclass(frozen=True, slots=True)
-class NoEvents(Aborted):
-    """A 200 event stream with no event in it."""
-
-
-@dataclass(frozen=True, slots=True)
-class NotAnAnswer(Aborted):
-    """A whole body that is not a chat completion."""
-
-
-End = Clean | UpstreamError | Aborted
-CLEAN = Clean()
-
-NO_EVENT = "the upstream answered 200 with no event in its stream"
-UNFINISHED = "the upstream's stream ended before its answer finished"
-NOT_A_COMPLETION = "the upstream's answer is not a chat completion"
-NO_ANSWER = "the upstream's event stream carried no answer"
-NO_EVENTS = NoEvents(NO_EVENT, "upstream_no_events")
-
-
-Piece = tuple[Chunk | None, bytes | None]
-"""What a door renders for the upstream's events: a repaired chunk with, while no repair
-changed it, the bytes it came as; or `(None, raw)`, an event that carries no chunk (a comment,
-a typed event, data that is not a JSON object, everything after the upstream's own error),
-which only a door that relays bytes sends on."""
-
-
-@dataclass(frozen=True, slots=True)
-class Whole:
-    """An answer read whole: the completion (repaired), whether a repair changed it, the body
-    as received, and how it ended. `as_received` is True when the body itself may go to a
-    client that asked for JSON (a JSON body the proxy has nothing to say about), False for a
-    stream folded into one answer."""
-
-    completion: dict[str, Any] | None
-    changed: bool
-    raw: bytes
-    end: End
-    as_received: bool = True
 
 
 def _uncounted(kind: str, amount: int) -> None:
@@ -130,24 +61,35 @@ class AnswerMachine:
 
     def feed(self, data: bytes) -> list[Piece]:
         """The pieces of the events `data` completes (SSE framing is the decoder's)."""
-        return self._events(self._sse.feed(data))
+        return self.pieces_of(self._sse.feed(data))
 
     async def finish(self) -> tuple[list[Piece], End]:
         """The upstream's body ran out: the last events' pieces, the repairs' closing chunks
         on a clean end, and the end."""
-        out = self._events(self._sse.flush())
+        out = self.pieces_of(self._sse.flush())
         self._count_framing()
-        if self.end is None:
-            if not self._heard:
-                self._tally.note("stream_aborted", "the upstream's stream held no event")
-                self.end = NO_EVENTS
-            elif not (self._done or self._finished):
-                self._tally.note("stream_aborted", "the upstream's stream ended unfinished")
-                self.end = Truncated(UNFINISHED, "upstream_truncated")
-            else:
-                out += await self._chain.on_end()
-                self.end = Clean(self._done)
-        return out, self.end
+        end = self.end
+        if end is None:
+            closing, end = await self.ran_out()
+            out += closing
+        return out, end
+
+    async def ran_out(self) -> tuple[list[Piece], End]:
+        """The end of a stream that ran out before its own error ended it: no event, no
+        finish (truncated), or clean, with the repairs' closing chunks."""
+        end: End
+        closing: list[Piece] = []
+        if not self._heard:
+            self._tally.note("stream_aborted", "the upstream's stream held no event")
+            end = NO_EVENTS
+        elif not (self._done or self._finished):
+            self._tally.note("stream_aborted", "the upstream's stream ended unfinished")
+            end = Truncated(UNFINISHED, "upstream_truncated")
+        else:
+            closing += await self._chain.on_end()
+            end = Clean(self._done)
+        self.end = end
+        return closing, end
 
     def broke_off(self, reason: str, message: str, code: str) -> End:
         """Reading the upstream failed (`reason`: what failed, for the log): truncated, unless
@@ -162,11 +104,17 @@ class AnswerMachine:
         """What the door's rendering did, on the exchange's tally beside the repairs."""
         self._tally.count(kind, amount)
 
+    def watched(self, rendering: Rendering) -> Rendering:
+        """The rendering this answer's pieces go to: the door's own (`streamfix explain`'s
+        machine watches what it renders for each upstream event)."""
+        return rendering
+
     def _count_framing(self) -> None:
         splits, self._sse.splits = self._sse.splits, 0
         self._tally.count("events_split", splits)
 
-    def _events(self, events: list[Any]) -> list[Piece]:
+    def pieces_of(self, events: list[Any]) -> list[Piece]:
+        """The pieces of decoded events, in order."""
         # The hot loop: most events are untouched chunks, handed on with their own bytes.
         out: list[Piece] = []
         chain = self._chain
@@ -223,9 +171,7 @@ class AnswerMachine:
         chunks = [chunk for chunk, _ in pieces + more if chunk is not None]
         completion = folded_completion(chunks)
         if completion is None:
-            self.end = NoEvents(
-                "the upstream's event stream carried no answer", "upstream_no_events"
-            )
+            self.end = NoEvents(NO_ANSWER, "upstream_no_events")
             return Whole(None, False, raw, self.end, as_received=False)
         self._tally.count("stream_folded", 1)
         return Whole(completion, True, raw, end, as_received=False)

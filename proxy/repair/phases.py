@@ -3,9 +3,10 @@ any other front) calls.
 
 1. `request`: the request repairs run on the client's body and end in a frozen `Forwarded`
    (request_phase.py);
-2. `stream`: the stream links are built from that value, then run over the answer, streamed or
-   not (pipeline.py `RepairChain`, one_event.py), followed by the answer watch, which reads
-   what the client gets for the exchange's span and token metrics (answer_watch.py).
+2. `answer`: the answer machine (answer.py) over the stream links built from that value
+   (`stream`), run over the answer, streamed or not (pipeline.py `RepairChain`, one_event.py),
+   followed by the answer watch, which reads what the client gets for the exchange's span and
+   token metrics (answer_watch.py).
 
 The order of each phase's repairs, with its reasons, is in repairs/__init__.py.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from proxy.repair.answer import AnswerMachine
 from proxy.repair.answer_watch import AnswerWatch
 from proxy.repair.forwarded import Forwarded
 from proxy.repair.pipeline import RepairChain
@@ -47,3 +49,10 @@ class Phases:
         links = stream_links(self.options, forwarded, tally, self.store)
         links.append(AnswerWatch(tally))
         return RepairChain(links, strict=self.options.strict)
+
+    def answer(
+        self, forwarded: Forwarded, tally: Tally, max_event_bytes: int | None
+    ) -> AnswerMachine:
+        """Phase two for one exchange: the answer machine over `stream`'s chain, its events
+        bounded by `max_event_bytes`."""
+        return AnswerMachine(self.stream(forwarded, tally), tally, max_event_bytes)

@@ -11,10 +11,11 @@ import httpx
 from starlette.responses import Response
 
 from proxy.learning.refusal_reading import read_refusal
-from proxy.repair.answer import AnswerMachine, Clean
+from proxy.repair.answer import AnswerMachine
+from proxy.repair.answer_ends import Clean
 from proxy.repair.error_shape import KIND as ERROR_SHAPE_KIND
 from proxy.repair.error_shape import unwrapped_error
-from proxy.repair.pipeline import RepairChain
+from proxy.repair.phases import Phases
 from proxy.server.answer_stream import FAILURES, answer_events
 from proxy.server.delivery import ClosingBody, raw_body, relay, repairs_header
 from proxy.server.doors.door import Arrival, Door, F, R
@@ -32,9 +33,11 @@ ERROR_BODY_BYTES = 65_536
 
 @dataclass(frozen=True, slots=True)
 class Answer(Generic[F, R]):
-    """One exchange's answer: its door, its request as translated, and the upstream's head."""
+    """One exchange's answer: its door, its request as translated, and the upstream's head;
+    phase two is built from the exchange's phases (`Phases.answer`)."""
 
     exchanges: Exchanges
+    phases: Phases
     door: Door[F, R]
     front: F
     arrival: Arrival
@@ -106,14 +109,15 @@ class Answer(Generic[F, R]):
 
     # ── repaired ───────────────────────────────────────────────────────────
 
-    def streamed(self, encoding: str, chain: RepairChain, rendering: R) -> Response:
+    def streamed(self, encoding: str, rendering: R) -> Response:
         exchanges, record, upstream = self.exchanges, self.record, self.upstream
         server = exchanges.settings.server
         decoder = decoder_for(encoding)
         assert decoder is not None  # delivery_mode refuses what has none
-        machine = AnswerMachine(chain, record.tally, server.max_event_bytes)
+        machine = self._machine()
+        watched = machine.watched(rendering)
         interval = server.keepalive_seconds  # 0 turns heartbeats off, on every door
-        beat = Keepalive(interval, rendering.heartbeat) if interval > 0 else None
+        beat = Keepalive(interval, watched.heartbeat) if interval > 0 else None
         status, headers = self.door.stream_head(upstream, record)
         exchanges.metrics.active_streams.inc()
 
@@ -127,7 +131,7 @@ class Answer(Generic[F, R]):
         events = answer_events(
             decoded(raw_body(upstream), decoder),
             machine,
-            rendering,
+            watched,
             self._words,
             keep,
             beat.end if beat is not None else _nothing,
@@ -140,16 +144,14 @@ class Answer(Generic[F, R]):
             keepalive=beat,
         )
 
-    async def whole(
-        self, encoding: str, chain: RepairChain, rendering: R, *, folded: bool
-    ) -> Response:
+    async def whole(self, encoding: str, rendering: R, *, folded: bool) -> Response:
         """A whole body, or a stream answering a request that asked for one (`folded`): read
         (bounded), through the machine, as the door's one answer."""
         exchanges, record, upstream, door = self.exchanges, self.record, self.upstream, self.door
         server = exchanges.settings.server
         decoder = decoder_for(encoding)
         assert decoder is not None  # delivery_mode refuses what has none
-        machine = AnswerMachine(chain, record.tally, server.max_event_bytes)
+        machine = self._machine()
         length = None if folded else upstream.headers.get("content-length")
         try:
             pieces = decoded(raw_body(upstream), decoder)
@@ -163,6 +165,8 @@ class Answer(Generic[F, R]):
         # The door's body first (a front's translator reads the answer as it renders it), the
         # turn kept, the exchange booked (with what the answer taught), then the repairs header.
         response = door.whole_answer(self.front, rendering, whole, upstream, record)
+        for kind, amount in rendering.counts.items():  # what the rendering did, as a stream's
+            record.tally.count(kind, amount)
         if isinstance(whole.end, Clean):
             await self.keep(rendering)
             exchanges.answered(record, self.arrival.route, upstream.status_code)
@@ -190,6 +194,13 @@ class Answer(Generic[F, R]):
         if not await turns.keep(rendering.answer_id, turn, extra):
             kind = self.door.store_failed_kind
             self.record.note(kind, "answer %s not stored", rendering.answer_id)
+
+    def _machine(self) -> AnswerMachine:
+        """Phase two: the stream links, built from what phase one decided, in the machine."""
+        record = self.record
+        assert record.forwarded is not None  # set by phase one, or by a refusal's rebuild
+        max_event_bytes = self.exchanges.settings.server.max_event_bytes
+        return self.phases.answer(record.forwarded, record.tally, max_event_bytes)
 
     def _failure(self, exc: Exception) -> tuple[int, str, str]:
         """The status, words and code for what broke a read off (no path or query: they may

@@ -16,9 +16,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import httpx
 
-from proxy.repair.answer import AnswerMachine, Clean, End
+from proxy.repair.answer import AnswerMachine
+from proxy.repair.answer_ends import Clean, End
 from proxy.repair.pipeline import Chunk
-from proxy.server.doors.door import Rendering
+from proxy.repair.rendering import Rendering
 from proxy.wire.limits import LimitExceeded
 
 Keep = Callable[[], Awaitable[None]]

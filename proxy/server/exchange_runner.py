@@ -144,18 +144,17 @@ class ExchangeRunner:
             encoding,
             relays_unframed_streams=door.relays_unframed_streams,
         )
-        answer = Answer(exchanges, door, front, arrival, record, upstream)
+        answer = Answer(exchanges, self.phases, door, front, arrival, record, upstream)
         if delivery.mode is Mode.REFUSED:
             return await answer.refused(delivery.unrepaired_encoding)
         if delivery.mode is Mode.RELAY:
             return answer.relayed()
-        assert record.forwarded is not None  # set by phase one, or by a refusal's rebuild
-        # Phase two: the stream links, built from what phase one decided.
-        chain = self.phases.stream(record.forwarded, record.tally)
+        # Phase two (the answer's machine, built by `answer` from what phase one decided),
+        # rendered by the door.
         rendering = door.rendering(front, body, arrival, record)
         if delivery.mode is Mode.SSE:
-            return answer.streamed(encoding, chain, rendering)
-        return await answer.whole(encoding, chain, rendering, folded=delivery.mode is Mode.FOLD)
+            return answer.streamed(encoding, rendering)
+        return await answer.whole(encoding, rendering, folded=delivery.mode is Mode.FOLD)
 
     async def _translated(self, door: Door[F, R], body: dict[str, Any], arrival: Arrival) -> F:
         front = await door.translate(body, arrival)

@@ -1,5 +1,6 @@
-"""`streamfix explain`: the real CLI over recorded cassettes, and exact attribution over a chain
-of the real repairs fed a hand-written stream."""
+"""`streamfix explain`: the real CLI over recorded cassettes and over cassettes built here for
+each way a stream can end, and exact attribution over a chain of the real repairs fed a
+hand-written stream."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from typing import Any
 
 import orjson
 
-from proxy.explain.attribution import AttributingChain, AttributingPhases, Attribution, Label
+from proxy.explain.attribution import AttributingChain, Attribution, Label
 from proxy.explain.diff import MISSING
+from proxy.explain.phases import AttributingPhases
+from proxy.repair.answer import AnswerMachine
 from proxy.repair.forwarded import Forwarded
 from proxy.repair.phases import Phases
 from proxy.repair.pipeline import Link, RepairChain
@@ -25,6 +28,7 @@ from proxy.repair.tenancy import ReceiptScope
 from proxy.settings.chain import chain_options
 from proxy.settings.schema import Settings
 from proxy.store.opening import open_store
+from proxy.upstream.cassettes import Cassette, Chunk
 from tests.support.streams import chat_stream
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,6 +109,7 @@ def test_json_attributes_each_event() -> None:
     ]
     assert done == {"upstream": "[DONE]", "client": ["[DONE]"], "changes": [], "labels": []}
     assert cassette["request"]["changes"] == []
+    assert cassette["end"] == "clean" and cassette["end_detail"] == "the upstream's [DONE]"
 
 
 def test_json_kinds_land_on_the_repair_and_event_that_counted_them() -> None:
@@ -124,7 +129,10 @@ def test_json_kinds_land_on_the_repair_and_event_that_counted_them() -> None:
     no_done = by_name["openai_no_done.json"]
     assert no_done["events"][-1]["upstream"] is None
     assert no_done["events"][-1]["client"] == ["[DONE]"]
-    assert no_done["events"][-1]["labels"][0]["repair"] == "pipeline"
+    assert no_done["events"][-1]["labels"] == [
+        {"repair": "pipeline", "kinds": {"done_added": 1}, "action": "added", "changes": []}
+    ]
+    assert (no_done["end"], no_done["end_detail"]) == ("clean", "finished, without a [DONE]")
     # Every kind counted is accounted for: on an event, the request, or a note.
     for cassette in cassettes:
         attributed: dict[str, int] = {}
@@ -142,8 +150,10 @@ def test_non_streamed_and_error_cassettes() -> None:
     body = by_name["gemini_indexless_call_nonstreamed.json"]
     assert body["mode"] == "json" and body["events"] == []
     assert body["response"] is not None
+    assert (body["end"], body["end_detail"]) == ("clean", "a chat completion")
     error = by_name["openai_error_500.json"]
     assert error["mode"] == "relayed" and error["status"] == 500 and error["relayed"]
+    assert error["end"] is None  # no answer went through the machine
 
 
 # (c) Colour on a terminal only.
@@ -322,9 +332,99 @@ def test_several_paths_in_one_run() -> None:
 
 
 def test_the_proxy_itself_runs_the_plain_chain() -> None:
-    """The attributing chain is explain's alone: the served chain is `RepairChain` itself,
-    whose hot loop has no snapshots."""
+    """The attributing chain and the recording machine are explain's alone: the served chain
+    is `RepairChain` itself, whose hot loop has no snapshots, in the plain `AnswerMachine`,
+    which hands the door's rendering its pieces unwatched."""
     settings = Settings.load(None, {})
     phases = Phases(chain_options(settings), open_store(settings.receipts))
     chain = phases.stream(Forwarded({}), Tally("t"))
     assert type(chain) is RepairChain
+    machine = phases.answer(Forwarded({}), Tally("t"), 1024)
+    assert type(machine) is AnswerMachine
+    rendering = object()
+    assert machine.watched(rendering) is rendering  # type: ignore[arg-type]
+
+
+# (g) Each end of a stream, as the answer machine decided it, from cassettes built here.
+
+
+def _chunk(**delta: Any) -> bytes:
+    choice = {"index": 0, "delta": delta}
+    return b"data: " + orjson.dumps({"id": "c", "choices": [choice]}) + b"\n\n"
+
+
+def _stream_cassette(directory: Path, name: str, pieces: list[bytes]) -> Path:
+    """A chat client's streamed exchange whose upstream sent `pieces` (a 200 event stream)."""
+    request = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    cassette = Cassette(
+        "POST",
+        "chat/completions",
+        "",
+        {"content-type": "application/json"},
+        orjson.dumps(request),
+        200,
+        {"content-type": "text/event-stream"},
+        [Chunk(0.0, piece) for piece in pieces],
+    )
+    path = directory / f"{name}.json"
+    cassette.save(path)
+    return path
+
+
+def _error_event(event: dict[str, Any]) -> dict[str, Any]:
+    [client] = event["client"]
+    return client["error"]  # type: ignore[no-any-return]
+
+
+def test_a_stream_that_ran_out_unfinished_is_explained_as_truncated(tmp_path: Path) -> None:
+    path = _stream_cassette(
+        tmp_path, "cut", [_chunk(role="assistant", content="Hel"), _chunk(content="lo")]
+    )
+    [cassette] = document(str(path))["cassettes"]
+    assert cassette["mode"] == "stream" and cassette["accounted"] is True
+    assert cassette["end"] == "truncated"
+    assert cassette["end_detail"] == "the upstream's stream ended before its answer finished"
+    first, second, end = cassette["events"]
+    assert [first["labels"], second["labels"]] == [[], []]  # passed through the chain as is
+    # No [DONE] and no finish invented: the chat rendering's error event, on a row of its own.
+    assert end["upstream"] is None
+    assert _error_event(end)["code"] == "upstream_truncated"
+    assert end["labels"] == [
+        {"repair": "pipeline", "kinds": {"stream_aborted": 1}, "action": "added", "changes": []}
+    ]
+    assert cassette["totals"] == {"stream_aborted": 1}
+    out = explain(str(path)).stdout
+    assert "end: truncated (the upstream's stream ended before its answer finished)" in out
+    assert "[DONE]" not in out
+
+
+def test_a_stream_without_an_event_is_explained_as_no_events(tmp_path: Path) -> None:
+    path = _stream_cassette(tmp_path, "silent", [b": keepalive\n\n", b": still here\n\n"])
+    [cassette] = document(str(path))["cassettes"]
+    assert cassette["accounted"] is True
+    assert (cassette["end"], cassette["end_detail"]) == (
+        "no events",
+        "the upstream answered 200 with no event in its stream",
+    )
+    *comments, end = cassette["events"]
+    assert [event["client"] for event in comments] == [[": keepalive"], [": still here"]]
+    assert _error_event(end)["code"] == "upstream_no_events"
+    assert end["labels"][0]["kinds"] == {"stream_aborted": 1}
+    assert "end: no events (" in explain(str(path)).stdout
+
+
+def test_after_the_upstreams_own_error_nothing_is_invented(tmp_path: Path) -> None:
+    error = b'data: {"error":{"message":"overloaded","code":502}}\n\n'
+    pieces = [_chunk(role="assistant", content="Hi"), error, _chunk(content="late")]
+    path = _stream_cassette(tmp_path, "failed", [*pieces, b"data: [DONE]\n\n"])
+    [cassette] = document(str(path))["cassettes"]
+    assert cassette["accounted"] is True and cassette["end"] == "upstream error"
+    text, failed, late, done = cassette["events"]
+    assert text["labels"] == []
+    assert failed["labels"][0]["kinds"] == {"upstream_error_event": 1}
+    assert failed["client"] == [{"error": {"message": "overloaded", "code": 502}}]
+    # The rest relayed as received, the upstream's own [DONE] too; no closing chunk, no end row.
+    for event in (late, done):
+        assert event["client"] == [event["upstream"]]
+        assert event["labels"][0]["action"] == "after the upstream's error: as received"
+    assert done["upstream"] == "[DONE]"

@@ -2,7 +2,8 @@
 exchange as the client lived it. (1) the client's own request and the chat request it became,
 with what the translation counted; (2) the chat request's repairs; (3) the chat answer's events,
 each change with its repair; (4) the front events each repaired chat event became, and the
-terminal; and whether what the client was sent then is today's rendering.
+terminal; and whether what the client was sent then is today's answer. The exchange replays the
+client's own request through its front's door, as `streamfix replay` does.
 
 The cassettes are recorded here, by the real OpenAI and Anthropic client libraries through a
 recording proxy on a loopback port, against fakes whose answers need repairs
@@ -21,7 +22,7 @@ import pytest
 
 from proxy.fronts.messages.replay import without_pings
 from proxy.fronts.responses.replay import without_keepalives
-from proxy.replay_check import check_cassette
+from proxy.replay_check import check_cassette, check_directory
 from proxy.settings.schema import Settings
 from proxy.upstream.cassettes import Cassette
 from tests.explain.front_recordings import DEEPSEEK_CASES, GEMINI_CASES, record_front_exchanges
@@ -95,7 +96,7 @@ def test_a_responses_stream_shows_the_whole_exchange(cassettes: Path) -> None:
     ending = front_lines(out[out.index("front end") :])
     assert ending[-1]["type"] == "response.completed"
     assert ending[-1]["response"]["status"] == "completed"
-    assert "front: today's rendering is what the client was sent" in out
+    assert "front: today's answer is what the client was sent" in out
 
 
 def test_a_messages_stream_shows_the_whole_exchange(cassettes: Path) -> None:
@@ -119,7 +120,7 @@ def test_a_messages_stream_shows_the_whole_exchange(cassettes: Path) -> None:
     message_delta, message_stop = front_lines(out[out.index("front end") :])
     assert message_delta["delta"]["stop_reason"] == "tool_use"
     assert message_stop == {"type": "message_stop"}
-    assert "front: today's rendering is what the client was sent" in out
+    assert "front: today's answer is what the client was sent" in out
 
 
 def test_whole_answers_show_the_body_the_client_got(cassettes: Path) -> None:
@@ -134,7 +135,7 @@ def test_whole_answers_show_the_body_the_client_got(cassettes: Path) -> None:
     assert message["stop_reason"] == "tool_use"
     assert message["content"][0]["type"] == "tool_use"
     for out in (responses, messages):
-        assert "front: today's rendering is what the client was sent" in out
+        assert "front: today's answer is what the client was sent" in out
 
 
 # The DeepSeek reasoning answer, and its follow-up bringing the reasoning back.
@@ -160,15 +161,23 @@ def test_a_follow_up_shows_what_the_translation_folded_and_restored(cassettes: P
         "function_call_output 1; tools: function 2; receipt tokens: 1"
     ) in responses
     assert "  chat      messages: user 1, assistant 1, tool 1; tool calls: 1; tools: 2" in responses
-    assert "    [translation: responses_receipts_restored (recorded)]" in responses
-    assert re.search(r"^totals: .*responses_receipts_restored=1", responses, re.M)
+    # The replay's translation has no store to restore the receipts from (a cassette holds
+    # none, and the token was minted for another tenant): what it counted is said beside what
+    # the recorded one did, and only what the replay counted is in its totals.
+    assert "    [translation: responses_foreign_receipt_token (replayed)]" in responses
+    assert (
+        "    [translation: responses_receipts_restored (recorded, from the proxy's store, "
+        "which a cassette does not hold)]"
+    ) in responses
+    assert re.search(r"^totals: .*responses_foreign_receipt_token=1", responses, re.M)
+    assert "responses_receipts_restored=" not in responses.split("totals:")[-1]
     messages = text_of(cassettes, "messages-deepseek-follow-up")
     assert (
         "  client    messages: user 2, assistant 1; blocks: text 1, thinking 1, tool_use 1, "
         "tool_result 1; tools: 2; receipt tokens: 1"
     ) in messages
     assert "  chat      messages: user 1, assistant 1, tool 1; tool calls: 1; tools: 2" in messages
-    assert "    [translation: messages_receipts_restored (recorded)]" in messages
+    assert "    [translation: messages_receipts_restored (recorded, from the" in messages
 
 
 # --json: the same, per event, and it adds up to what the client was sent.
@@ -217,9 +226,12 @@ def test_a_chat_cassette_has_no_front(cassettes: Path) -> None:
 # Older cassettes, and a client copy today's proxy would not send.
 
 
-def test_a_cassette_without_the_clients_request_still_explains(
+def test_a_cassette_without_the_clients_request_explains_its_chat_side(
     cassettes: Path, tmp_path: Path
 ) -> None:
+    """A front's cassette recorded before the client's request was kept cannot go through its
+    door: its chat request is explained as a chat client's, and the front side says why it
+    was not replayed; `streamfix replay` says the same of it."""
     for name in ("responses-stream", "messages-whole"):
         document_ = json.loads((cassettes / f"{name}.json").read_text())
         del document_["client_request"]  # as recorded before the field was kept
@@ -229,17 +241,21 @@ def test_a_cassette_without_the_clients_request_still_explains(
     assert "front request (Responses, streamed to the client): not recorded" in out.stdout
     assert "front request (Messages, one body to the client): not recorded" in out.stdout
     assert "  chat      messages: system 1, user 1; tools: 2" in out.stdout
-    assert out.stdout.count("front: today's rendering is what the client was sent") == 2
+    assert out.stdout.count("front: not replayed: the cassette was recorded before") == 2
     assert re.search(FINISH_REWRITE, out.stdout)
     for cassette in document(str(tmp_path))["cassettes"]:
-        assert cassette["front"]["request"] is None and cassette["front"]["matches_recorded"]
+        front = cassette["front"]
+        assert front["request"] is None and front["matches_recorded"] is None
+        assert cassette["accounted"] is True  # the chat rows are what a chat client gets
+    replayed = anyio.run(check_directory, tmp_path, Settings())
+    assert [(r.ok, bool(r.unreplayable)) for r in replayed] == [(False, True)] * 2
 
 
 def test_a_client_copy_that_differs_from_todays_rendering_is_said(
     cassettes: Path, tmp_path: Path
 ) -> None:
     """A recording made while the finish went out unrewritten: the client was told `end_turn`
-    for a turn with a tool call. Explain says today's rendering differs, as replay does."""
+    for a turn with a tool call. Explain says today's answer differs, as replay does."""
     path = tmp_path / "messages-stream.json"
     shutil.copy(cassettes / "messages-stream.json", path)
     old = Cassette.load(path)
@@ -250,7 +266,7 @@ def test_a_client_copy_that_differs_from_todays_rendering_is_said(
     old.save(path)
     out = text_of(tmp_path, "messages-stream")
     assert "front request (Messages, POST /v1/messages, streamed" in out  # kept by a save
-    assert "front: what the client was sent differs from today's rendering:" in out
+    assert "front: what the client was sent differs from today's answer (" in out
     assert re.search(r'^    -.*"stop_reason":"end_turn"', out, re.M)
     assert re.search(r'^    \+.*"stop_reason":"tool_use"', out, re.M)
     front = only(tmp_path, "messages-stream")["front"]
@@ -259,17 +275,23 @@ def test_a_client_copy_that_differs_from_todays_rendering_is_said(
     assert front["diff"] == replayed.diff
 
 
-def test_a_chat_answer_relayed_today_is_not_rendered_as_the_front(
+def test_an_upstream_refusal_today_is_the_doors_error_said_as_a_difference(
     cassettes: Path, tmp_path: Path
 ) -> None:
-    """A cassette whose upstream answer is an error today (the status edited to 500): the chat
-    side shows it relayed, and the front side renders nothing rather than a made-up answer."""
+    """A cassette whose upstream answer is an error today (the status edited to 500): the
+    front's door answers with its own error shape, which explain shows as the front's answer
+    and, like `streamfix replay`, as a difference from the response the client was sent."""
     document_ = json.loads((cassettes / "responses-whole.json").read_text())
     document_["upstream"]["status"] = 500
-    (tmp_path / "responses-whole.json").write_text(json.dumps(document_))
+    path = tmp_path / "responses-whole.json"
+    path.write_text(json.dumps(document_))
     out = text_of(tmp_path, "responses-whole")
-    assert "== responses-whole.json (relayed, 500)" in out
+    assert "== responses-whole.json (refused, 500)" in out
     assert "front request (Responses, POST /v1/responses, one body to the client):" in out
-    assert "front: not rendered: the chat answer was relayed as received" in out
-    assert "front answer" not in out
-    assert only(tmp_path, "responses-whole")["front"]["matches_recorded"] is None
+    assert "refused, in the door's own error shape: " in out
+    [error] = front_lines(out[out.index("front answer") :])
+    assert error["error"]["type"] == "server_error"
+    assert "front: what the client was sent differs from today's answer (" in out
+    front = only(tmp_path, "responses-whole")["front"]
+    assert front["matches_recorded"] is False
+    assert front["diff"] == anyio.run(check_cassette, path, Settings()).diff

@@ -217,8 +217,8 @@ def test_record_then_replay_a_messages_exchange(tmp_path: Path) -> None:
     assert len(fake.requests) == sent
     assert [status for status, _ in live] == [200] * 5
     assert replayed == live
-    # `streamfix replay`: today's repairs, rendered as the Messages front renders them, give
-    # what each client was sent (its pings aside).
+    # `streamfix replay`: each client's request through the Messages door again, answered from
+    # its cassette, gets what the client was sent (its pings and minted ids aside).
     results = asyncio.run(check_directory(tmp_path, Settings()))
     assert len(results) == 5
     assert [(r.name, r.diff, r.violations) for r in results if not r.ok] == []

@@ -16,7 +16,7 @@ import httpx
 from starlette.responses import Response
 
 from proxy.fronts.translator import Refused
-from proxy.repair.answer import Aborted, Clean, End, Piece, UpstreamError, Whole
+from proxy.repair.answer_ends import Aborted, Clean, End, Piece, UpstreamError, Whole
 from proxy.repair.tally import Tally
 from proxy.routing.routes import CHAT_PATH
 from proxy.server.chat_request import parse_chat_request

@@ -4,8 +4,9 @@ the answer the answer machine (repair/answer.py) reads. A door knows its protoco
 knows the exchange; neither knows the other's.
 
 Each door is declared once, in its own module of this package, and listed in `DOORS`
-(__init__.py): its route, its `streamfix.front` on spans, its replay rendering and its
-recorded heartbeats all hang off that declaration.
+(__init__.py): its route, its `streamfix.front` on spans and the replay of its cassettes
+(`streamfix replay` and `explain` send a recorded client's request through its door again)
+all hang off that declaration.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from proxy.fronts.turns import TurnStore
-from proxy.repair.answer import Aborted, End, Piece, UpstreamError, Whole
+from proxy.repair.answer_ends import Aborted, End, UpstreamError, Whole
+from proxy.repair.rendering import Rendering
 from proxy.routing.routes import UpstreamRoute
 from proxy.server.record import ExchangeRecord
 from proxy.upstream.headers import RawHeaders
@@ -38,48 +40,6 @@ class FrontRequest(Protocol):
 
     @property
     def stream(self) -> bool: ...
-
-
-class Rendering(Protocol):
-    """One answer in a door's protocol, fed by the runner from the answer machine: `start()`
-    at once, `pieces()` for what each upstream read completed, `heartbeat()` in the client's
-    silences, then `settle(end, last)` with the last pieces, the turn kept (`turn()`), and only
-    then `terminal()`: a client fires its next request the moment the terminal arrives, and
-    that request may carry the token naming the turn."""
-
-    @property
-    def counts(self) -> dict[str, int]:
-        """What the rendering itself did, booked on the exchange beside the repairs."""
-        ...
-
-    @property
-    def relays_bytes(self) -> bool:
-        """True for a door whose client speaks chat: after the upstream's own error it gets
-        the upstream's remaining bytes as received; a door that renders its own end stops
-        there."""
-        ...
-
-    @property
-    def answer_id(self) -> str: ...
-
-    def start(self) -> bytes: ...
-
-    def pieces(self, pieces: list[Piece]) -> bytes: ...
-
-    def heartbeat(self) -> bytes:
-        """What keeps the client's idle timer alive and says nothing else."""
-        ...
-
-    def settle(self, end: End, last: list[Piece]) -> bytes:
-        """The last pieces and everything up to the terminal event."""
-        ...
-
-    def terminal(self) -> bytes: ...
-
-    def turn(self) -> dict[str, Any] | None:
-        """The repaired assistant message, receipts attached, to keep under the token this
-        answer carries; None when it carries none or did not end cleanly."""
-        ...
 
 
 F = TypeVar("F", bound=FrontRequest)

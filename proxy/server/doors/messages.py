@@ -92,7 +92,6 @@ class MessagesDoor(TranslatedDoor[Translated, message_events.MessageEvents]):
         message = translator.whole(completion)
         if front.stream:  # asked to stream, answered whole: the same message as events
             return b"".join(message_events.events_of(message)), "text/event-stream"
-        # Encoded as `streamfix replay` renders it (fronts/messages/replay.py), byte for byte.
         return json_codec.dumps(message), "application/json"
 
 

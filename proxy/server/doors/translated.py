@@ -11,7 +11,7 @@ import httpx
 from starlette.responses import Response
 
 from proxy.fronts.translator import Refused, Translator
-from proxy.repair.answer import Clean, End, Piece, Whole
+from proxy.repair.answer_ends import Clean, End, Piece, Whole
 from proxy.server.delivery import SSE_HEADERS, repairs_header
 from proxy.server.doors.door import Arrival, Door, F
 from proxy.server.record import ExchangeRecord

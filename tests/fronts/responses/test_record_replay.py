@@ -1,8 +1,8 @@
 """Responses exchanges record and replay like chat ones: a cassette holds the chat exchange
 the front made upstream and the Responses events the client was sent; a replaying proxy (no
 upstream at all) answers the same Responses flow from the cassettes with the same final texts,
-and `streamfix replay` re-derives every cassette (today's chat answer rendered as the front
-renders it, fronts/responses/replay.py)."""
+and `streamfix replay` re-derives every cassette (the client's own request through the
+Responses door again, answered from the cassette)."""
 
 from __future__ import annotations
 
