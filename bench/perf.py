@@ -1,9 +1,14 @@
-"""Performance: streamfix against direct, a raw TCP relay, a do-nothing proxy and LiteLLM (issue 9).
+"""Performance: streamfix against direct, a raw TCP relay, a do-nothing proxy, LiteLLM and
+Portkey's gateway (issue 9).
 
-    python bench/perf.py                 # the full run, under 10 minutes on 2 cores
+    python bench/perf.py                 # the full run, about 12 minutes on 2 cores
     python bench/perf.py --quick         # a smoke run of about a minute
+    python bench/perf.py --phase peers   # the peer table alone: about 3 minutes
     python bench/perf.py --profile 15    # then py-spy streamfix, 15 s per profiled load
+    python bench/perf.py --phase correctness --no-litellm --no-portkey --profile 20
+        --profile-load json:1 --profile-load text:1   # (one line) where a request's time goes
     python bench/perf.py --no-litellm    # without LiteLLM (its start-up alone takes 10-60 s)
+    python bench/perf.py --no-portkey    # without Portkey's gateway
     python bench/perf.py --compare-clients  # plus do-nothing on httpx's upstream client (+1 min)
     python bench/perf.py --phase latency    # one phase only (repeatable), with the targets it needs
     python bench/perf.py --phase builds --against 4c4a637 --against main
@@ -23,7 +28,10 @@ Processes, all on 127.0.0.1, each its own process group, all ended in `finally`:
   profile auto: the fake's host says nothing, so the evidence profile watches every stream for
   receipts and captures the Gemini stream's signatures), and
   **litellm** (`litellm[proxy]` in bench/results/litellm-venv, installed when missing, an
-  OpenAI-compatible passthrough `openai/*` to the same fake); with `--compare-clients` also
+  OpenAI-compatible passthrough `openai/*` to the same fake), **portkey** (Portkey's gateway,
+  `@portkey-ai/gateway` installed with the test extra's npm into bench/results/portkey on
+  first use, with the fix it needs to stream, bench/perf/portkey.py; routed to the fake by
+  `x-portkey-provider: openai` and `x-portkey-custom-host`); with `--compare-clients` also
   **do-nothing-httpx** (do-nothing with `server.upstream_client = "httpx"`: the upstream client
   proxy/upstream/http1.py replaced), so the client's own effect is a ratio of two columns of one
   run;
@@ -40,7 +48,9 @@ machine lands on all targets alike (LiteLLM aside, see below):
 3. added latency: concurrency 1, non-streamed and a 20-event stream, targets interleaved
    request by request; target minus direct at the median and p99. Block 1 interleaves
    direct, relay, do-nothing (and do-nothing-httpx) and streamfix (both kinds); then LiteLLM
-   gets a block of its own with direct, and its added latency is against that block's direct;
+   and Portkey each get a block of their own with direct, and their added latency is against
+   that block's direct (`OWN_LATENCY_BLOCK`: LiteLLM leaves work behind, Portkey's Node
+   process interleaved with the others doubled their figures);
 4. throughput: closed-loop workers at concurrency 1, 50, 200 on 50-event streams (text,
    Gemini tool calls, OpenAI fragmented tool calls), in rounds with the targets taking turns;
    the best round counts;
@@ -72,6 +82,12 @@ targets are listed in `LEAVES_WORK_BEHIND`: they get latency blocks of their own
 every measurement that follows one of theirs (latency blocks, throughput and CPU rounds,
 growth, memory, profile) first waits until every server's process tree is under 2 % of a
 core over 200 ms, at most 15 s ("settle"; each wait in perf.json, summed up in one line).
+
+`--phase peers` (not in the full run) is the short peer comparison: non-streamed added latency
+(each target alternating with direct in a block of its own), streamed text at c=16 as a share
+of direct in rotating rounds, and RSS, for direct, the relay, do-nothing, streamfix, LiteLLM and
+Portkey (bench/perf/peers.py). A peer that cannot be installed or started keeps its column,
+marked not measured, with the reason under the table.
 
 Prints one table and writes bench/results/perf.json (raw figures of every phase included).
 Under the table, the ratios: streamfix / litellm (added latency, CPU per event), streamfix /

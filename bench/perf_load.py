@@ -2,7 +2,7 @@
 
 Run by perf.py as `python bench/perf_load.py`; it reads one JSON job per line on stdin and
 answers each with one JSON line on stdout, so one process (one warm interpreter) serves the
-whole run. Jobs: `latency`, `load`, `hold`, `sequential`, `sample` (see `JOBS`).
+whole run. Jobs: `latency`, `load`, `hold`, `sequential`, `sample`, `route` (see `JOBS`).
 
 Why not httpx: at these rates the client's own cost decides what the direct target can reach,
 and httpx spends some 100-200 µs of CPU per request in its request/response models; here a
@@ -49,6 +49,12 @@ TOOLS = [
 ]
 
 
+ROUTES: dict[int, str] = {}
+"""Request headers of their own for the target on a port (the `route` job): a peer that routes
+by header (Portkey's gateway: which provider, and its base URL, the fake's) gets them on every
+request it is sent; other targets get none."""
+
+
 def request_bytes(port: int, model: str, stream: bool) -> bytes:
     """The whole HTTP request for `model`, built once per job and target."""
     body: dict[str, Any] = {
@@ -66,7 +72,7 @@ def request_bytes(port: int, model: str, stream: bool) -> bytes:
         f"POST /v1/chat/completions HTTP/1.1\r\nhost: {HOST}:{port}\r\n"
         "content-type: application/json\r\naccept: text/event-stream, application/json\r\n"
         "authorization: Bearer sk-perf-0000\r\n"
-        f"content-length: {len(payload)}\r\n\r\n"
+        f"content-length: {len(payload)}\r\n{ROUTES.get(port, '')}\r\n"
     )
     return head.encode() + payload
 
@@ -508,6 +514,12 @@ async def sample(job: dict[str, Any]) -> dict[str, Any]:
     return {"bodies": bodies}
 
 
+async def route(job: dict[str, Any]) -> dict[str, Any]:
+    """From now on, requests to `port` carry `headers` (name -> value) too."""
+    ROUTES[job["port"]] = "".join(f"{name}: {value}\r\n" for name, value in job["headers"].items())
+    return {}
+
+
 def notify(event: str) -> None:
     """A line for perf.py before the job's answer: `{"event": ...}`."""
     sys.stdout.write(json.dumps({"event": event}) + "\n")
@@ -520,6 +532,7 @@ JOBS = {
     "hold": hold,
     "sequential": sequential,
     "sample": sample,
+    "route": route,
 }
 
 

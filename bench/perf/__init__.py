@@ -3,6 +3,7 @@
     config.py       paths, stream kinds, target names, the run's Plan, progress and Failed
     machine.py      the machine and the revision measured
     servers.py      starting the targets (streamfix, the relay, LiteLLM) and waiting for them
+    portkey.py      Portkey's gateway: installed with npm on first use, fixed, started
     load.py         the load generator's process (bench/perf_load.py) and its job pipe
     settle.py       waiting for servers to go quiet after a target that leaves work behind
     rounds.py       loads in rounds, the targets taking turns
@@ -15,6 +16,7 @@
     growth.py       RSS over many sequential exchanges               (--phase growth)
     markup.py       the text tool-call recogniser, on against off    (--phase markup)
     first_argument.py  time to a 20 KB call's first argument byte    (--phase first_argument)
+    peers.py        streamfix beside LiteLLM and Portkey, in short   (--phase peers)
     builds.py       this tree against earlier commits                (--against REV)
     profile.py      py-spy on streamfix under load                   (--profile SECONDS)
     report.py       the table, the ratios and the issue's goals

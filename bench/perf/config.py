@@ -16,7 +16,10 @@ MiB = 1024 * 1024
 EVENTS = 50  # events per stream in the throughput and CPU phases
 SHORT = 20  # events of the "short stream" in the latency phase
 LITELLM_SPEC = "litellm[proxy]==1.108.7"
-TARGETS = ("direct", "relay", "do-nothing", "do-nothing-httpx", "streamfix", "litellm")
+TARGETS = ("direct", "relay", "do-nothing", "do-nothing-httpx", "streamfix", "litellm", "portkey")
+PEERS = ("litellm", "portkey")
+"""Other projects' proxies in the run: LiteLLM's (Python) and Portkey's gateway (Node). One that
+cannot be installed or started keeps its column in the table, marked not measured, and why."""
 BASELINE = "direct"
 RELAY = "relay"
 """bench/perf_relay.py: a raw TCP relay in front of the fake (bytes copied both ways, no HTTP
@@ -57,6 +60,12 @@ LEAVES_WORK_BEHIND = frozenset({"litellm"})
 """Targets that keep working after each response (LiteLLM: logging and callback tasks and
 threads). On 2 cores that work lands on whatever is measured next, so these targets get their
 own latency block, and every measurement that follows one waits for the servers to settle."""
+OWN_LATENCY_BLOCK = LEAVES_WORK_BEHIND | {"portkey"}
+"""Targets measured for latency in a block of their own with direct, not interleaved with the
+others: those that leave work behind, and Portkey's gateway, whose Node process, run between
+two requests of the others, doubled their added latency and CPU per request (streamfix 0.38 ->
+0.69-0.75 ms, do-nothing 0.29 -> 0.61-0.66 ms, the relay 0.03 -> 0.06-0.07 ms in one A/B/A/B
+run): what the others' next request finds in the caches is what ran before it."""
 SETTLE_WINDOW = 0.2  # seconds of CPU reading per check
 SETTLE_QUIET = 0.02  # share of one core below which a process tree counts as quiet
 SETTLE_LIMIT = 15.0  # seconds; a settle that does not come gives up and is recorded so
@@ -104,7 +113,15 @@ class Plan:
         ("otools", 50),
         ("text", 200),
     )
-    deadline_seconds: float = 14 * 60
+    peers_requests: int = 400
+    peers_warmup: int = 50
+    peers_concurrency: int = 16
+    peers_rounds: int = 5
+    peers_window: float = 1.5
+    """The peers phase: non-streamed requests at concurrency 1, then text streams at
+    `peers_concurrency` in rounds of `peers_window` seconds, every target in turn."""
+    deadline_seconds: float = 18 * 60
+    """The full run took 12 minutes with Portkey's column (731 s, load average 1.5-1.9)."""
 
 
 QUICK = Plan(
@@ -122,6 +139,10 @@ QUICK = Plan(
     markup_rounds=5,
     markup_requests=40,
     profile=(("json", 10), ("text", 50), ("gtools", 50)),
+    peers_requests=150,
+    peers_warmup=20,
+    peers_rounds=3,
+    peers_window=1.0,
     deadline_seconds=5 * 60,
 )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import BASELINE, LEAVES_WORK_BEHIND, SHORT, Plan, progress
+from .config import BASELINE, OWN_LATENCY_BLOCK, SHORT, Plan, progress
 from .load import LoadGenerator
 from .servers import Target
 from .settle import Settler
@@ -14,12 +14,13 @@ LATENCY_KINDS = (("json", "perf-json", False), ("short", f"perf-text-{SHORT}", T
 
 
 def latency_blocks(targets: list[Target]) -> list[list[Target]]:
-    """Block 1 interleaves the baseline with every target that leaves no work behind; each
-    target that does gets a block of its own with the baseline, whose samples it is compared
-    with. Interleaved with the others, its leftovers would land on their next requests."""
+    """Block 1 interleaves the baseline with every target but those of `OWN_LATENCY_BLOCK`;
+    each of those gets a block of its own with the baseline, whose samples it is compared
+    with. Interleaved with the others, its leftovers (LiteLLM) or its footprint in the caches
+    (Portkey's Node process) would land on their next requests."""
     baseline = [t for t in targets if t.name == BASELINE]
-    first = [t for t in targets if t.name not in LEAVES_WORK_BEHIND]
-    return [first] + [[*baseline, t] for t in targets if t.name in LEAVES_WORK_BEHIND]
+    first = [t for t in targets if t.name not in OWN_LATENCY_BLOCK]
+    return [first] + [[*baseline, t] for t in targets if t.name in OWN_LATENCY_BLOCK]
 
 
 def phase_latency(load: LoadGenerator, targets: list[Target], plan: Plan, settler: Settler) -> dict:

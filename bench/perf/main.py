@@ -7,6 +7,7 @@ adds the builds phase (perf/builds.py): this tree against REV in the same run.""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -26,6 +27,8 @@ from .config import (
     CLIENTS,
     LITELLM_SPEC,
     MARKUP_TARGETS,
+    MODELS,
+    PEERS,
     QUICK,
     RELAY,
     RESULTS,
@@ -44,6 +47,8 @@ from .load import LoadGenerator
 from .machine import machine
 from .markup import phase_markup
 from .memory import phase_memory
+from .peers import peers_report, phase_peers
+from .portkey import PORTKEY, PORTKEY_PACKAGE, installed_versions, start_portkey
 from .profile import format_profile, phase_profile
 from .report import goals, ratios, report
 from .servers import (
@@ -72,9 +77,20 @@ MAIN_PHASES = (
     "first_argument",
 )
 """The phases of the full run, in order (correctness runs again after the load)."""
-PHASES = (*MAIN_PHASES, "builds")
+PHASES = (*MAIN_PHASES, "peers", "builds")
+"""`peers` and `builds` run only when named (`--phase peers`, `--against REV`)."""
 BUILDS_ONLY = frozenset({"builds"})
-"""Phases that need neither the do-nothing proxy nor LiteLLM."""
+"""Phases that need neither the do-nothing proxy nor the peers."""
+APART = frozenset({"peers", "builds"})
+"""Phases with a table of their own instead of the main one."""
+
+
+def profile_load(text: str) -> tuple[str, int]:
+    """`json:1` -> ("json", 1): a stream kind of MODELS (json: non-streamed) and a concurrency."""
+    kind, _, concurrency = text.partition(":")
+    if kind not in MODELS or not concurrency.isdigit() or int(concurrency) < 1:
+        raise argparse.ArgumentTypeError(f"KIND:CONCURRENCY, KIND one of {', '.join(MODELS)}")
+    return kind, int(concurrency)
 
 
 def arguments() -> argparse.Namespace:
@@ -84,6 +100,12 @@ def arguments() -> argparse.Namespace:
     )
     parser.add_argument("--quick", action="store_true", help="a smoke run of about a minute")
     parser.add_argument("--no-litellm", action="store_true", help="leave LiteLLM out")
+    parser.add_argument("--no-portkey", action="store_true", help="leave Portkey's gateway out")
+    parser.add_argument(
+        "--portkey-dir",
+        default=str(RESULTS / "portkey"),
+        help=f"where {PORTKEY_PACKAGE} is installed with npm on first use",
+    )
     parser.add_argument(
         "--compare-clients",
         action="store_true",
@@ -95,6 +117,13 @@ def arguments() -> argparse.Namespace:
     )
     parser.add_argument(
         "--profile", type=float, default=0, metavar="SECONDS", help="py-spy streamfix afterwards"
+    )
+    parser.add_argument(
+        "--profile-load",
+        action="append",
+        type=profile_load,
+        metavar="KIND:CONCURRENCY",
+        help="a load to profile under, instead of the plan's (repeatable), e.g. json:1, text:16",
     )
     parser.add_argument("--writes", choices=("yield", "burst"), default="yield", help="fake")
     parser.add_argument("--output", default=str(RESULTS / "perf.json"))
@@ -121,8 +150,10 @@ def arguments() -> argparse.Namespace:
 def main() -> int:
     args = arguments()
     phases = set(args.phase)
-    full = phases == set(MAIN_PHASES) or phases == set(PHASES)
+    full = set(MAIN_PHASES) <= phases
     plan = QUICK if args.quick else Plan()
+    if args.profile_load:
+        plan = dataclasses.replace(plan, profile=tuple(args.profile_load))
     build_plan = QUICK_BUILDS if args.quick else BuildPlan()
     RESULTS.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()
@@ -133,7 +164,8 @@ def main() -> int:
     signal.signal(signal.SIGALRM, deadline)
     profiling = (args.profile + 30) * len(plan.profile) if args.profile else 0
     builds = 240 + 120 * len(args.against) if "builds" in phases else 0
-    signal.alarm(int(plan.deadline_seconds + profiling + builds))
+    peers = 300 if "peers" in phases else 0
+    signal.alarm(int(plan.deadline_seconds + profiling + builds + peers))
 
     def terminated(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
@@ -193,22 +225,31 @@ def main() -> int:
             else []
         )
         processes += [t.process for t in markup_pair if t.process is not None]
-        if not args.no_litellm and not builds_only and phases - {"markup", "builds"}:
+        with_peers = not builds_only and phases - {"markup", "builds"}
+        if with_peers and not args.no_litellm:
             venv = Path(args.litellm_venv).resolve()
             candidates.append(start_litellm(free_port(), upstream, work, venv, args.litellm_spec))
+        portkey_dir = Path(args.portkey_dir).resolve()
+        if with_peers and not args.no_portkey:
+            candidates.append(start_portkey(free_port(), fake_port, portkey_dir))
         processes += [t.process for t in candidates if t.process is not None]
         wait_ready(direct_health, 20)
+        absent: dict[str, str] = {}
+        results["absent"] = absent
         for target in candidates:
             if target.error:
                 results["problems"].append(f"{target.name}: {target.error}")
+                absent[target.name] = target.error
                 continue
             try:
-                wait_ready(target, 180 if target.name == "litellm" else 30)
+                wait_ready(target, {"litellm": 180, PORTKEY: 60}.get(target.name, 30))
             except Failed as exc:
                 log = RESULTS / "logs" / f"{target.name}.log"
                 tail = log.read_text(errors="replace").strip().splitlines()[-3:]
-                target.error = f"{exc}; log tail: {' | '.join(tail)}"
+                target.error = f"did not start: {exc}; log tail: {' | '.join(tail)}"
                 results["problems"].append(f"{target.name}: {target.error}")
+                if target.name in PEERS:
+                    absent[target.name] = target.error
                 stop(target.process)
                 continue
             targets.append(target)
@@ -225,8 +266,12 @@ def main() -> int:
             raise Failed(f"could not start {', '.join(sorted(missing))}")
         if any(t.name == "litellm" for t in targets):
             results["litellm_version"] = litellm_version(venv)
+        if any(t.name == PORTKEY for t in targets):
+            results["portkey_versions"] = installed_versions(portkey_dir)
+        results["peer_versions"] = peer_versions(results)
         results["targets"] = {
-            t.name: {"port": t.port, "pid": t.pid, "command": t.note} for t in targets
+            t.name: {"port": t.port, "pid": t.pid, "command": t.note, "headers": t.headers}
+            for t in targets
         }
         results["targets"]["direct"]["fake_pid"] = fake.pid
         if any(t.name == "litellm" for t in targets):
@@ -240,11 +285,14 @@ def main() -> int:
 
         load = LoadGenerator()
         processes.append(load.process)
+        for target in targets:
+            if target.headers:
+                load.run({"job": "route", "port": target.port, "headers": target.headers}, 30)
         servers = {t.name: t.pid for t in [*targets, *ready_pair] if t.pid is not None}
         settler = Settler({**servers, "fake": fake.pid})
         results["settle"] = settler.record()
         sections: list[str] = []
-        if phases & set(MAIN_PHASES) - {"markup"}:
+        if phases & (set(MAIN_PHASES) | {"peers"}) - {"markup"}:
             results["correctness"] = [correctness(load, targets, "before the load")]
             phase_warmup(load, targets)
         if "memory" in phases:
@@ -257,6 +305,8 @@ def main() -> int:
             results["cpu"] = phase_cpu(load, targets, plan, fake.pid, settler)
         if "growth" in phases:
             results["growth"] = phase_growth(load, targets, plan, settler)
+        if "peers" in phases:
+            results["peers"] = phase_peers(load, targets, plan, fake.pid, settler)
         if len(ready_pair) == len(MARKUP_TARGETS):
             phase_warmup(load, ready_pair)
             results["markup"] = phase_markup(load, targets[0], ready_pair, plan, fake.pid, settler)
@@ -283,10 +333,12 @@ def main() -> int:
             results["problems"].append(f"the recogniser changed plain text: {recogniser[:3]}")
         results["seconds"] = time.monotonic() - began
         results["machine"]["loadavg_end"] = os.getloadavg()
-        if phases - BUILDS_ONLY:
+        if phases - APART:
             results["ratios"] = ratios(results)
             results["goals"] = goals(results)
             sections.append(report(results, names) if full else partial_report(results, names))
+        if "peers" in results:
+            sections.append(peers_report(results))
         if "builds" in results:
             sections.append(builds_report(results))
         if args.profile > 0:
@@ -313,6 +365,20 @@ def main() -> int:
         output.write_text(json.dumps(results, indent=1, default=str))
         print(f"\nwrote {output}", file=sys.stderr)
     return status
+
+
+def peer_versions(results: dict[str, Any]) -> str:
+    """`litellm 1.108.7; portkey 1.15.2 (@hono/node-server 1.19.19, node v24.19.0)`."""
+    found = [f"litellm {results.get('litellm_version') or 'not run'}"]
+    portkey = results.get("portkey_versions")
+    if portkey:
+        found.append(
+            f"portkey {portkey[PORTKEY_PACKAGE]} (@hono/node-server "
+            f"{portkey['@hono/node-server']}, node {portkey['node']})"
+        )
+    else:
+        found.append("portkey not run")
+    return "; ".join(found)
 
 
 def partial_report(results: dict[str, Any], names: list[str]) -> str:

@@ -23,7 +23,9 @@ def phase_profile(
 ) -> dict[str, Any]:
     """py-spy on the streamfix process during a load window, once per (kind, concurrency):
     the recording starts when the load generator starts measuring (after its warm-up)."""
-    spy = shutil.which("py-spy")
+    # On the PATH, or next to this interpreter (a venv's bin/, not always on the PATH).
+    beside = Path(sys.executable).parent / "py-spy"
+    spy = shutil.which("py-spy") or (str(beside) if beside.is_file() else None)
     if spy is None:
         return {"error": "py-spy not found (python -m pip install py-spy)"}
     out: dict[str, Any] = {}
@@ -87,21 +89,28 @@ def _frame_key(frame: str) -> str:
 
 
 def _package(frame: str) -> str:
-    """Where a frame's code lives: `proxy`, `proxy/repairs`, a third-party package's name, or
-    `stdlib:<module>` (py-spy gives paths relative to their sys.path entry)."""
+    """Where a frame's code lives: `proxy/<room>` (server, upstream, repair, wire, ...), a
+    third-party package's name, or `stdlib:<module>` (py-spy gives paths relative to their
+    sys.path entry)."""
     where = frame.partition(" (")[2].rstrip(")").rsplit(":", 1)[0]
     parts = Path(where).parts
     if not parts or where.startswith("<"):
         return "builtin"
     top = parts[0].removesuffix(".py")
     if top == "proxy":
-        return "proxy/repairs" if len(parts) > 2 and parts[1] == "repairs" else "proxy"
+        return "/".join(parts[:2]) if len(parts) > 2 else "proxy"
     if top in sys.stdlib_module_names:
         return f"stdlib:{top}"
     return top
 
 
-_ENTRY_POINTS = ("(proxy/__main__.py)", "(proxy/cli.py)")
+_ENTRY_POINTS = ("(proxy/__main__.py)", "(proxy/cli.py)", "(server/serving.py)")
+STREAMFIX_MARK = "streamfix:"
+"""Marks the inclusive counts of streamfix's own frames (their short keys no longer say so)."""
+
+
+def _is_streamfix(frame: str) -> bool:
+    return frame.partition(" (")[2].startswith("proxy/")
 
 
 WATCHED = (  # library functions whose inclusive share says where a request's cost goes
@@ -143,8 +152,10 @@ def summarize_profile(raw: Path, top: int = 12) -> dict[str, Any]:
         samples += count
         own[_frame_key(frames[-1])] += count
         packages[_package(frames[-1])] += count
-        for key in {_frame_key(f) for f in frames}:
+        for key in {_frame_key(f) for f in frames if not _is_streamfix(f)}:
             total[key] += count
+        for key in {_frame_key(f) for f in frames if _is_streamfix(f)}:
+            total[STREAMFIX_MARK + key] += count
         for name in {f.partition(" (")[0] for f in frames} & set(WATCHED):
             watched[name] += count
 
@@ -153,9 +164,9 @@ def summarize_profile(raw: Path, top: int = 12) -> dict[str, Any]:
 
     proxy_total = Counter(
         {
-            key: n
+            key.removeprefix(STREAMFIX_MARK): n
             for key, n in total.items()
-            if ("proxy/" in key or "repairs/" in key) and not key.endswith(_ENTRY_POINTS)
+            if key.startswith(STREAMFIX_MARK) and not key.endswith(_ENTRY_POINTS)
         }
     )
     return {

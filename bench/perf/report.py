@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from .config import BASELINE, CLIENTS, COLUMNS, EVENTS, KIND_LABELS, RELAY, SHORT, MiB
+from .config import BASELINE, CLIENTS, COLUMNS, EVENTS, KIND_LABELS, PEERS, RELAY, SHORT, MiB
 from .figures import format_table, ms, ratio
 from .markup import markup_goals, markup_lines
 
@@ -144,7 +144,11 @@ def build_table(results: dict[str, Any], names: list[str]) -> tuple[list[list[st
     for name, g in growth.items():
         errors[name] += g["errors"]
     rows.append(["  failed requests, all phases", *[str(errors.get(n, 0)) for n in names]])
-    return rows, ["metric", *(COLUMNS.get(name, name) for name in names)]
+    absent = results.get("absent", {})
+    for row in rows:
+        row += ["-"] * len(absent)
+    header = ["metric", *(COLUMNS.get(name, name) for name in names)]
+    return rows, header + [f"{name} (not measured)" for name in absent]
 
 
 def server_cpu(per_target: dict[str, Any], name: str) -> float | None:
@@ -154,19 +158,20 @@ def server_cpu(per_target: dict[str, Any], name: str) -> float | None:
 def ratios(results: dict[str, Any]) -> dict[str, Any]:
     lat = results.get("latency", {})
     out: dict[str, Any] = {}
-    for kind in ("json", "short"):
-        for measure in ("ttfb", "ttlb"):
-            mine = added(lat, kind, measure, "streamfix")
-            theirs = added(lat, kind, measure, "litellm")
-            if mine and theirs:
-                out[f"added {measure} median, {kind}: streamfix / litellm"] = ratio(
-                    mine[0], theirs[0]
+    for peer in PEERS:
+        for kind in ("json", "short"):
+            for measure in ("ttfb", "ttlb"):
+                mine = added(lat, kind, measure, "streamfix")
+                theirs = added(lat, kind, measure, peer)
+                if mine and theirs:
+                    out[f"added {measure} median, {kind}: streamfix / {peer}"] = ratio(
+                        mine[0], theirs[0]
+                    )
+        for kind, per_target in results.get("cpu", {}).items():
+            if peer in per_target:
+                out[f"CPU per event, {kind}: streamfix / {peer}"] = ratio(
+                    server_cpu(per_target, "streamfix"), server_cpu(per_target, peer)
                 )
-    for kind, per_target in results.get("cpu", {}).items():
-        if "litellm" in per_target:
-            out[f"CPU per event, {kind}: streamfix / litellm"] = ratio(
-                server_cpu(per_target, "streamfix"), server_cpu(per_target, "litellm")
-            )
     for kind, levels in results.get("throughput", {}).items():
         level = levels.get("50", {})
         if "streamfix" in level and "do-nothing" in level:
@@ -294,6 +299,8 @@ COLUMN_NOTES = {
     "copied both ways, no HTTP parsing): the floor for any proxy.",
     "do-nothing-httpx": 'do-nothing (httpx): do-nothing with server.upstream_client = "httpx" '
     "(httpx's transport, as before proxy/upstream/http1.py); not run in the growth phase.",
+    "portkey": "portkey: Portkey's gateway (Node), routed by x-portkey-provider: openai and "
+    "x-portkey-custom-host: the fake; its stream reader waits 25 ms before a stream's first event.",
 }
 
 
@@ -306,7 +313,7 @@ def report(results: dict[str, Any], names: list[str]) -> str:
     lines = [
         f"machine: {m['cores']} cores, {m['cpu_model']}, Python {m['python']}; "
         f"load average {m['loadavg_start'][0]:.2f} at start, {m['loadavg_end'][0]:.2f} at end",
-        f"streamfix: {m['streamfix']}; litellm: {results.get('litellm_version') or 'not run'}",
+        f"streamfix: {m['streamfix']}; {results.get('peer_versions', '')}",
         f"run: {results['mode']}, {results['seconds']:.0f} s; fake writes: {results['writes']}",
         "",
     ]
@@ -319,6 +326,7 @@ def report(results: dict[str, Any], names: list[str]) -> str:
         "CPU-s per 10k events: server CPU over all rounds. ! = some requests failed (perf.json).",
         *own_block_notes(results.get("latency", {})),
         *column_notes(names),
+        *(f"{name}: not measured: {why}" for name, why in results.get("absent", {}).items()),
         "",
         "ratios:",
     ]

@@ -1,5 +1,5 @@
 """The targets' processes: streamfix (`python -m proxy serve`), the raw TCP relay, LiteLLM;
-starting them and waiting until they answer."""
+starting them and waiting until they answer (Portkey's gateway: perf/portkey.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,8 @@ class Target:
     health: str = "/healthz"
     note: str = ""
     error: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
+    """Request headers of its own on every request (a peer that routes by header)."""
 
     @property
     def pid(self) -> int | None:
