@@ -22,6 +22,7 @@ import orjson
 import pytest
 import redis
 
+from tests.support.openai_errors import as_chat_clients_get
 from tests.support.proxies import running_proxy
 from tests.support.redis_server import RedisServer, started_redis_server
 from tests.support.rejecting_upstream import (
@@ -173,7 +174,7 @@ def test_an_error_naming_what_the_request_is_is_never_retried(
     with running_proxy(base_url) as proxy:
         response = post(proxy, body)
     assert response.status_code == rejection[0]
-    assert response.content == rejection[1]
+    assert response.content == as_chat_clients_get(rejection[1])
     assert len(upstream_fake.requests) == 1
 
 
@@ -185,7 +186,10 @@ def test_an_error_naming_a_key_the_request_does_not_have_is_not_retried(
     upstream_fake.rejects["user"] = rejection  # refuses `user`, but names `thinking`
     with running_proxy(base_url) as proxy:
         response = post(proxy, {"model": "m", "messages": USER, "user": "u1"})
-    assert (response.status_code, response.content) == rejection
+    assert (response.status_code, response.content) == (
+        rejection[0],
+        as_chat_clients_get(rejection[1]),
+    )
     assert len(upstream_fake.requests) == 1
 
 
@@ -243,7 +247,10 @@ def test_with_learning_off_the_rejection_goes_to_the_client(
     upstream_fake.rejects["store"] = rejection
     with running_proxy(base_url, **{"upstream.learn_rejected_parameters": False}) as proxy:
         response = post(proxy, {"model": "m", "messages": USER, "store": True})
-    assert (response.status_code, response.content) == rejection
+    assert (response.status_code, response.content) == (
+        rejection[0],
+        as_chat_clients_get(rejection[1]),
+    )
     assert len(upstream_fake.requests) == 1
 
 

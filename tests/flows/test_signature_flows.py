@@ -20,6 +20,7 @@ from tests.support.gemini_upstream import (
     signature_of,
     tool_calls_of,
 )
+from tests.support.openai_errors import as_chat_clients_get
 from tests.support.proxies import running_proxy
 from tests.support.sdk_agent import OPENAI_TOOLS, final_message, history_call
 from tests.support.signature_flows import (
@@ -222,9 +223,10 @@ def test_on_missing_leave_relays_geminis_400(stream: bool) -> None:
         response = post_chat(proxy, body)
         assert fake.rejections == 1
         status, sent = fake.responses[-1]
-        assert (response.status_code, response.content) == (status, sent) == (400, sent)
+        assert status == 400 and response.status_code == 400
+        assert response.content == as_chat_clients_get(sent)  # the array around it taken away
         assert response.headers["content-type"].startswith("application/json")
-        message = response.json()[0]["error"]["message"]
+        message = response.json()["error"]["message"]
         assert message == missing_signature_message("read_file", 6)
         received = fake.requests[-1].json["messages"]
         assert _google_metadata(received) == []

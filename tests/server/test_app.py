@@ -7,6 +7,7 @@ import pytest
 
 from proxy.repair.conformance import stream_chunks, violations
 from tests.support.fake_upstream import FakeUpstream, load_transcript, running_fake_upstream
+from tests.support.openai_errors import as_chat_clients_get
 from tests.support.proxies import running_proxy
 from tests.support.servers import free_port
 
@@ -97,14 +98,18 @@ def test_other_paths_pass_through_with_query_and_method(stack) -> None:
     ("model", "status"), [("error_gemini_array", 400), ("error_openai_401", 401)]
 )
 def test_upstream_errors_reach_client_with_status_and_body_unchanged(stack, model, status) -> None:
+    # Unchanged but for Google's array around its error object, which OpenAI's clients cannot
+    # read (repair/error_shape.py).
     _fake, proxy, upstream = stack
     body = chat(model, stream=True)
     direct = httpx.post(f"{upstream}/v1/chat/completions", json=body)
     via_proxy = httpx.post(f"{proxy}/v1/chat/completions", json=body)
     assert via_proxy.status_code == direct.status_code == status
-    assert via_proxy.content == direct.content
+    assert via_proxy.content == as_chat_clients_get(direct.content)
     if model == "error_gemini_array":
-        assert via_proxy.json()[0]["error"]["status"] == "INVALID_ARGUMENT"
+        assert direct.json()[0]["error"]["status"] == "INVALID_ARGUMENT"
+        assert via_proxy.json()["error"]["status"] == "INVALID_ARGUMENT"
+        assert "error_body_unwrapped:1" in via_proxy.headers["x-streamfix-repairs"]
 
 
 def test_non_streamed_response_gets_type_and_finish_repaired(stack) -> None:
