@@ -29,7 +29,7 @@ from proxy.repair.answer_ends import (
     UpstreamError,
     Whole,
 )
-from proxy.repair.pipeline import Chunk, RepairChain, as_chunk, is_done, is_upstream_error
+from proxy.repair.pipeline import RepairChain
 from proxy.repair.rendering import Rendering
 from proxy.repair.stream_fold import folded_completion
 from proxy.repair.tally import Tally
@@ -46,12 +46,22 @@ class AnswerMachine:
     answer's end is decided; from the upstream's own error on, `feed` hands back its bytes as
     received and repairs nothing."""
 
-    __slots__ = ("_chain", "_done", "_finished", "_heard", "_sse", "_tally", "end")
+    __slots__ = (
+        "_chain",
+        "_done",
+        "_finished",
+        "_heard",
+        "_max_event_bytes",
+        "_sse",
+        "_tally",
+        "end",
+    )
 
     def __init__(self, chain: RepairChain, tally: Tally, max_event_bytes: int | None) -> None:
         self._chain = chain
         self._tally = tally
-        self._sse = SSEDecoder(max_event_bytes)
+        self._max_event_bytes = max_event_bytes
+        self._sse: SSEDecoder | None = None  # made by the first feed: a whole body needs none
         self._heard = False  # an event with data came
         self._finished = False  # the upstream said a finish reason
         self._done = False  # the upstream said `[DONE]`
@@ -61,12 +71,15 @@ class AnswerMachine:
 
     def feed(self, data: bytes) -> list[Piece]:
         """The pieces of the events `data` completes (SSE framing is the decoder's)."""
-        return self.pieces_of(self._sse.feed(data))
+        sse = self._sse
+        if sse is None:
+            sse = self._sse = SSEDecoder(self._max_event_bytes)
+        return self.pieces_of(sse.feed(data))
 
     async def finish(self) -> tuple[list[Piece], End]:
         """The upstream's body ran out: the last events' pieces, the repairs' closing chunks
         on a clean end, and the end."""
-        out = self.pieces_of(self._sse.flush())
+        out = self.pieces_of(self._sse.flush()) if self._sse is not None else []
         self._count_framing()
         end = self.end
         if end is None:
@@ -110,37 +123,65 @@ class AnswerMachine:
         return rendering
 
     def _count_framing(self) -> None:
-        splits, self._sse.splits = self._sse.splits, 0
-        self._tally.count("events_split", splits)
+        sse = self._sse
+        if sse is not None:
+            splits, sse.splits = sse.splits, 0
+            self._tally.count("events_split", splits)
 
     def pieces_of(self, events: list[Any]) -> list[Piece]:
-        """The pieces of decoded events, in order."""
-        # The hot loop: most events are untouched chunks, handed on with their own bytes.
+        """The pieces of decoded events, in order.
+
+        Only a JSON object in an event without a name (or named `message`) is a chunk for
+        the links; one with a top-level `error` is the upstream's own error, as is an event
+        named `error` (the OpenAI SDK raises on any data whose `error` is set, the AI SDK
+        ends with an error). `[DONE]` is the door's to say, once, after the closing chunks.
+        """
+        # The hot loop, inlined: most events are untouched chunks, handed on with their own
+        # bytes, and a call per test per event is a measurable share of a stream's cost.
         out: list[Piece] = []
-        chain = self._chain
+        append = out.append
+        on_chunk = self._chain.on_chunk
+        finished = self._finished
         for event in events:
-            if self.end is not None:  # after its own error, the upstream's bytes as received
-                out.append((None, event.raw))
-                continue
+            raw = event.raw
             data = event.data
-            if data is None:  # a comment, or fields without data
-                out.append((None, event.raw))
+            if self.end is not None or data is None:  # after its own error; a comment
+                append((None, raw))
                 continue
             self._heard = True
-            chunk = as_chunk(event)
-            if is_upstream_error(event, chunk):
-                self._tally.count("upstream_error_event", 1)
-                self.end = UpstreamError(chunk if chunk is not None else _said(data), event.raw)
-                out.append((None, event.raw))
-            elif chunk is not None:
-                if not self._finished:
-                    self._finished = _says_finish(chunk)
-                out += chain.on_chunk(chunk, event.raw)
-            elif is_done(event):
-                self._done = True  # the door says its own end, once, after the closing chunks
+            name = event.event
+            chunk: Any = None
+            if (name is None or name == "message") and data[:1] == "{":
+                try:
+                    chunk = json_codec.loads(data)
+                except json_codec.JSONDecodeError:
+                    chunk = None
+                if not isinstance(chunk, dict):
+                    chunk = None
+            if chunk is not None:
+                if chunk.get("error"):
+                    self._upstream_error(chunk, raw)
+                    append((None, raw))
+                    continue
+                if not finished:
+                    choices = chunk.get("choices")
+                    if choices and isinstance(choices, list):
+                        for choice in choices:
+                            if isinstance(choice, dict) and choice.get("finish_reason") is not None:
+                                finished = self._finished = True
+                out += on_chunk(chunk, raw)
+            elif name == "error":
+                self._upstream_error(_said(data), raw)
+                append((None, raw))
+            elif data.strip() == "[DONE]":
+                self._done = True
             else:
-                out.append((None, event.raw))
+                append((None, raw))
         return out
+
+    def _upstream_error(self, body: Any, raw: bytes) -> None:
+        self._tally.count("upstream_error_event", 1)
+        self.end = UpstreamError(body, raw)
 
     # ── one body ───────────────────────────────────────────────────────────
 
@@ -179,15 +220,6 @@ class AnswerMachine:
     def _ended(self, whole: Whole) -> Whole:
         self.end = whole.end
         return whole
-
-
-def _says_finish(chunk: Chunk) -> bool:
-    choices = chunk.get("choices")
-    if choices and isinstance(choices, list):
-        for choice in choices:
-            if isinstance(choice, dict) and choice.get("finish_reason") is not None:
-                return True
-    return False
 
 
 def _said(data: str) -> Any:

@@ -31,7 +31,7 @@ ERROR_BODY_BYTES = 65_536
 """How much of an upstream's refusal a door that renders it reads for its message."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Answer(Generic[F, R]):
     """One exchange's answer: its door, its request as translated, and the upstream's head;
     phase two is built from the exchange's phases (`Phases.answer`)."""
@@ -166,7 +166,7 @@ class Answer(Generic[F, R]):
         # turn kept, the exchange booked (with what the answer taught), then the repairs header.
         response = door.whole_answer(self.front, rendering, whole, upstream, record)
         for kind, amount in rendering.counts.items():  # what the rendering did, as a stream's
-            record.tally.count(kind, amount)
+            record.tally.count(kind, amount)  # (none, for most)
         if isinstance(whole.end, Clean):
             await self.keep(rendering)
             exchanges.answered(record, self.arrival.route, upstream.status_code)
@@ -182,6 +182,8 @@ class Answer(Generic[F, R]):
     async def keep(self, rendering: R) -> None:
         """The answer's turn and the door's records, before the client can ask for them. A
         failed write is counted; the answer still goes out."""
+        if not self.door.keeps_turns:
+            return
         turns = self.arrival.turns
         if not turns.usable:
             return

@@ -30,7 +30,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from proxy.fronts.translator import Refused
-from proxy.fronts.turns import TurnStore
 from proxy.repair.phases import Phases
 from proxy.repair.rules import RouteRules
 from proxy.repair.tally import Tally
@@ -40,7 +39,7 @@ from proxy.server.answer_delivery import Answer
 from proxy.server.chat_request import model_of
 from proxy.server.delivery_mode import Mode, delivery_mode
 from proxy.server.doors.door import Arrival, Door, F, R
-from proxy.server.exchanges import Exchanges, Rebuilt, plain_record, request_id_of
+from proxy.server.exchanges import Exchanges, Rebuilt, new_request_id, plain_record
 from proxy.store.protocol import Store
 from proxy.wire import json_codec
 
@@ -56,7 +55,7 @@ class ExchangeRunner:
 
     async def run(self, door: Door[F, R], request: Request) -> Response:
         exchanges = self.exchanges
-        request_id = request_id_of(request)
+        request_id = request.headers.get("x-request-id") or new_request_id()
         raw = await exchanges.admitted_body(request, request_id)
         if isinstance(raw, Response):
             return door.restyled(raw)
@@ -74,7 +73,7 @@ class ExchangeRunner:
         renamed = bool(route.upstream.model) and body.get("model") != route.upstream.model
         untouched = raw if door.sends_client_bytes and not renamed else None
         scope = ReceiptScope(exchanges.tenant(request), route.identity)
-        arrival = Arrival(request, client_headers, route, TurnStore(self.store, scope))
+        arrival = Arrival(request, client_headers, route, self.store, scope)
         try:
             front = await self._translated(door, body, arrival)
         except Refused as exc:
@@ -84,7 +83,8 @@ class ExchangeRunner:
         rules = route.rules(chat.get("model"))
         recalled = await exchanges.refusals.recall(route.identity, chat, rules)
         record = exchanges.record(request, request_id, chat, route, started, door.name)
-        _count(record.tally, front.counts)
+        if front.counts:
+            _count(record.tally, front.counts)
         # Phase one: the request repairs, ending in what goes upstream.
         forwarded, changed = await self.phases.request(
             chat, recalled.applied(rules), scope, record.tally

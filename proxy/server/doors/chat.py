@@ -9,7 +9,6 @@ answering a request that asked for one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import httpx
@@ -35,16 +34,19 @@ _SSE_NAMES = frozenset(name for name, _ in SSE_HEADERS)
 _BODY_NAMES = frozenset({b"content-type", b"content-length"})
 
 
-@dataclass(slots=True)
+NOTHING_COUNTED: dict[str, int] = {}
+"""The counts of a translation or rendering that does nothing: one empty dict, never written."""
+
+
 class ChatRequest:
     """A chat client's request: itself."""
 
-    chat: dict[str, Any]
-    counts: dict[str, int] = field(default_factory=dict)
+    __slots__ = ("chat", "stream")
+    counts = NOTHING_COUNTED
 
-    @property
-    def stream(self) -> bool:
-        return bool(self.chat.get("stream"))
+    def __init__(self, chat: dict[str, Any]) -> None:
+        self.chat = chat
+        self.stream = bool(chat.get("stream"))
 
 
 class ChatRendering:
@@ -54,12 +56,12 @@ class ChatRendering:
 
     relays_bytes: ClassVar[bool] = True
     answer_id = ""
-    __slots__ = ("_debug", "_tally", "counts")
+    counts = NOTHING_COUNTED
+    __slots__ = ("_debug", "_tally")
 
     def __init__(self, tally: Tally, debug: bool) -> None:
         self._tally = tally
         self._debug = debug
-        self.counts: dict[str, int] = {}
 
     def start(self) -> bytes:
         return b""
@@ -68,7 +70,10 @@ class ChatRendering:
         if len(pieces) == 1:  # the common case: one event, untouched, as received
             chunk, raw = pieces[0]
             return raw if raw is not None else encode(chunk)
-        return b"".join(raw if raw is not None else encode(chunk) for chunk, raw in pieces)
+        out = []
+        for chunk, raw in pieces:
+            out.append(raw if raw is not None else encode(chunk))
+        return b"".join(out)
 
     def heartbeat(self) -> bytes:
         return COMMENT
@@ -99,6 +104,7 @@ class ChatDoor(Door[ChatRequest, ChatRendering]):
     keeps_client_request = False
     relays_refusals = True
     relays_unframed_streams = True
+    keeps_turns = False
 
     def parse(self, raw: bytes) -> dict[str, Any]:
         try:

@@ -23,8 +23,10 @@ from starlette.responses import Response
 from proxy.fronts.turns import TurnStore
 from proxy.repair.answer_ends import Aborted, End, UpstreamError, Whole
 from proxy.repair.rendering import Rendering
+from proxy.repair.tenancy import ReceiptScope
 from proxy.routing.routes import UpstreamRoute
 from proxy.server.record import ExchangeRecord
+from proxy.store.protocol import Store
 from proxy.upstream.headers import RawHeaders
 from proxy.wire import json_codec
 
@@ -46,16 +48,21 @@ F = TypeVar("F", bound=FrontRequest)
 R = TypeVar("R", bound=Rendering)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Arrival:
     """What a door sees of its exchange: the request as it goes upstream (the door's own
-    headers rewritten), the client's headers as sent, the route, and the turn store of this
-    tenant on this upstream."""
+    headers rewritten), the client's headers as sent, the route, and the store with this
+    tenant's scope on this upstream (`turns`, made when a door asks)."""
 
     request: Request
     client_headers: Headers
     route: UpstreamRoute
-    turns: TurnStore
+    store: Store
+    scope: ReceiptScope
+
+    @property
+    def turns(self) -> TurnStore:
+        return TurnStore(self.store, self.scope)
 
 
 class Door(ABC, Generic[F, R]):
@@ -76,6 +83,9 @@ class Door(ABC, Generic[F, R]):
     relays_refusals: ClassVar[bool] = False
     """True when an upstream's refusal reaches the client as the upstream sent it (its client
     speaks the upstream's protocol); else the door renders it in its own shape."""
+    keeps_turns: ClassVar[bool] = True
+    """False for a door whose answers carry no turn to keep (a chat client's receipts are kept
+    by the repairs): the runner then never asks its rendering for one."""
     relays_unframed_streams: ClassVar[bool] = False
     """True when a streamed request answered with a body that is not an event stream is
     relayed as received; else the door renders that whole answer as its stream."""
