@@ -142,13 +142,15 @@ class AnswerMachine:
         append = out.append
         on_chunk = self._chain.on_chunk
         finished = self._finished
+        ended = self.end is not None
+        heard = self._heard
         for event in events:
             raw = event.raw
             data = event.data
-            if self.end is not None or data is None:  # after its own error; a comment
+            if ended or data is None:  # after its own error; a comment
                 append((None, raw))
                 continue
-            self._heard = True
+            heard = True
             name = event.event
             chunk: Any = None
             if (name is None or name == "message") and data[:1] == "{":
@@ -156,11 +158,12 @@ class AnswerMachine:
                     chunk = json_codec.loads(data)
                 except json_codec.JSONDecodeError:
                     chunk = None
-                if not isinstance(chunk, dict):
-                    chunk = None
+                if chunk.__class__ is not dict:
+                    chunk = chunk if isinstance(chunk, dict) else None
             if chunk is not None:
                 if chunk.get("error"):
                     self._upstream_error(chunk, raw)
+                    ended = True
                     append((None, raw))
                     continue
                 if not finished:
@@ -172,11 +175,13 @@ class AnswerMachine:
                 out += on_chunk(chunk, raw)
             elif name == "error":
                 self._upstream_error(_said(data), raw)
+                ended = True
                 append((None, raw))
             elif data.strip() == "[DONE]":
                 self._done = True
             else:
                 append((None, raw))
+        self._heard = heard
         return out
 
     def _upstream_error(self, body: Any, raw: bytes) -> None:
