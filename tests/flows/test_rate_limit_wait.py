@@ -100,6 +100,19 @@ def test_any_other_429_is_relayed_at_once_after_one_request(
     assert asked(upstream, model) == 1
 
 
+@pytest.mark.parametrize("door", ["responses", "messages"])
+def test_a_fronts_429_says_when_to_come_back(
+    upstream: ScriptedChatUpstream, proxy: str, door: str
+) -> None:
+    # Rendered in the door's own error shape, it keeps the upstream's Retry-After, which the
+    # client's own retry then waits for.
+    model = upstream.play_in_turn(limited(("retry-after", "120")), ANSWER)
+    path, body, headers = _raw_request(door, model)
+    answer = httpx.post(f"{proxy}{path}", json=body, headers=headers, timeout=10)
+    assert (answer.status_code, answer.headers.get("retry-after")) == (429, "120")
+    assert asked(upstream, model) == 1
+
+
 def test_a_wait_the_clients_read_timeout_would_not_outlast_is_not_begun(
     upstream: ScriptedChatUpstream, proxy: str
 ) -> None:

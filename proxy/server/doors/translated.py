@@ -26,7 +26,7 @@ class TranslatedRendering(Generic[T]):
     """A front's translator as the runner's rendering: the chunks of the pieces go to it (the
     bytes they came as mean nothing to its client), its events come out joined. For a client
     that asked (`x-streamfix-debug: 1`, `debug` the exchange's tally), the stream's repairs go
-    out as an SSE comment right before the terminal event, as the chat door's go before
+    out as an SSE comment right before the terminal events, as the chat door's go before
     `[DONE]`: every SSE parser skips a comment (anthropic-python's and openai-python's
     decoders drop a line that starts with `:`)."""
 
