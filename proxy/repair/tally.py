@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,10 +34,14 @@ class Tally:
             if logger.isEnabledFor(logging.DEBUG):
                 logger.debug("[%s] %s +%d", self.request_id, kind, amount)
 
-    def summary(self) -> str:
+    def summary(self, also: Mapping[str, int] | None = None) -> str:
         """The repairs so far as `kind:count,…` in kind order, or `none`: one spelling for the
-        log line, the `x-streamfix-repairs` header and the debug comment."""
-        return ",".join(f"{kind}:{n}" for kind, n in sorted(self.repairs.items())) or "none"
+        log line, the `x-streamfix-repairs` header and the debug comment. `also`: counts not
+        booked yet (a front's translation, booked when its stream closes), added in."""
+        repairs: Mapping[str, int] = self.repairs
+        if also:
+            repairs = self.repairs + Counter({kind: n for kind, n in also.items() if n})
+        return ",".join(f"{kind}:{n}" for kind, n in sorted(repairs.items())) or "none"
 
     def note(self, kind: str, message: str, *args: Any) -> None:
         """Count `kind` and log why, tagged with the request id."""

@@ -129,14 +129,22 @@ def _route(
 def without_credential_parameters(raw_query: bytes) -> bytes:
     """The query string minus credential parameters (Google's `?key=`), for when the client's
     credential must not travel upstream."""
-    kept = [
-        pair
-        for pair in raw_query.split(b"&")
-        if pair
-        and unquote_plus(pair.partition(b"=")[0].decode("latin-1")).lower()
-        not in CREDENTIAL_PARAMETERS
-    ]
-    return b"&".join(kept)
+    return without_parameters(raw_query, CREDENTIAL_PARAMETERS)[0]
+
+
+def without_parameters(raw_query: bytes, names: frozenset[str]) -> tuple[bytes, int]:
+    """The query string minus the parameters `names` (lower case; a name is compared decoded
+    and lower-cased), and how many pairs went."""
+    kept: list[bytes] = []
+    dropped = 0
+    for pair in raw_query.split(b"&"):
+        if not pair:
+            continue
+        if unquote_plus(pair.partition(b"=")[0].decode("latin-1")).lower() in names:
+            dropped += 1
+        else:
+            kept.append(pair)
+    return b"&".join(kept), dropped
 
 
 def upstream_url(settings: UpstreamSettings, raw_relative: bytes, raw_query: bytes) -> httpx.URL:

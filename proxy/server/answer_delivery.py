@@ -29,6 +29,9 @@ from proxy.wire.limits import LimitExceeded
 
 ERROR_BODY_BYTES = 65_536
 """How much of an upstream's refusal a door that renders it reads for its message."""
+WHEN_TO_COME_BACK = ("retry-after", "retry-after-ms")
+"""What a refusal in the door's own shape keeps of the upstream's head: when to ask again
+(a 429's, a 503's), which the SDKs and Claude Code wait for before their own retry."""
 
 
 @dataclass(slots=True)
@@ -83,6 +86,10 @@ class Answer(Generic[F, R]):
             answer = door.error(502, message, "upstream_error")
         else:
             answer = door.upstream_refusal(upstream.status_code, said)
+            for name in WHEN_TO_COME_BACK:  # the client's own retry waits as long as asked
+                value = upstream.headers.get(name)
+                if value is not None:
+                    answer.headers[name] = value
         if record.client_copy is not None:  # recorded like a chat refusal, for --replay
             record.client_copy.sent(bytes(answer.body))
             await record.client_copy.save()

@@ -3,7 +3,7 @@ an upstream's bytes as they came, and the body that books and closes an exchange
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 
 import httpx
 from starlette.responses import Response
@@ -35,9 +35,10 @@ def repairs_header(tally: Tally) -> tuple[bytes, bytes]:
     return (REPAIRS_HEADER, tally.summary().encode())
 
 
-def repairs_comment(tally: Tally) -> bytes:
-    """An SSE comment every client parser skips: the stream's repairs, for a client that asked."""
-    return b": streamfix-repairs " + tally.summary().encode() + b"\n\n"
+def repairs_comment(tally: Tally, also: Mapping[str, int] | None = None) -> bytes:
+    """An SSE comment every client parser skips: the stream's repairs, for a client that asked
+    (`x-streamfix-debug: 1`); `also`, what a front's translation counted so far."""
+    return b": streamfix-repairs " + tally.summary(also).encode() + b"\n\n"
 
 
 def relay(

@@ -120,6 +120,7 @@ class ExchangeRunner:
             record,
             resend=forwarded.body,
             rebuild=rebuild,
+            own_parameters=door.query_parameters,
         )
         if isinstance(upstream, Response):
             return exchanges.failed(record, door.restyled(upstream))

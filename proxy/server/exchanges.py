@@ -20,12 +20,18 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy.learning.refusals import RefusalLearning
+from proxy.learning.refusal_reading import read_refusal, resent
+from proxy.learning.refusals import Learned, RefusalLearning
 from proxy.repair.forwarded import Forwarded
 from proxy.repair.rules import RouteRules
 from proxy.repair.tally import Tally
 from proxy.repair.tenancy import tenant_of
-from proxy.routing.routes import CHAT_PATH, UpstreamRoute, without_credential_parameters
+from proxy.routing.routes import (
+    CHAT_PATH,
+    UpstreamRoute,
+    without_credential_parameters,
+    without_parameters,
+)
 from proxy.server.auth import is_allowed
 from proxy.server.body_limits import BodyBudget
 from proxy.server.chat_request import read_body
@@ -34,6 +40,13 @@ from proxy.server.errors import ClientError, error_response
 from proxy.server.logs import log_exchange, log_learned
 from proxy.server.metrics import Metrics
 from proxy.server.record import ExchangeRecord
+from proxy.server.retry_after import (
+    RATE_LIMITED,
+    client_stays,
+    patience,
+    retry_after_seconds,
+    wait_to_allow,
+)
 from proxy.server.tracing import Tracing
 from proxy.settings.schema import Settings
 from proxy.upstream.context import UPSTREAM, UpstreamContext, client_copy_of
@@ -184,6 +197,7 @@ class Exchanges:
         record: ExchangeRecord,
         resend: dict[str, Any] | None = None,
         rebuild: PhaseOneAgain | None = None,
+        own_parameters: frozenset[str] = frozenset(),
     ) -> httpx.Response | Response:
         """Send the request upstream, and take back what the transport handed back with the
         answer (a recorder's copy). With `resend` (the forwarded chat body), a refusal the
@@ -191,7 +205,9 @@ class Exchanges:
         without what it refused (upstream/refusals.py; `rebuild` runs the request phase again
         for a request rule), which the exchange counts and logs. The rebuilt phase one is
         adopted only when it is what went up: a rebuild that changes nothing leaves the
-        exchange's own counts and Forwarded standing."""
+        exchange's own counts and Forwarded standing. A 429 whose `Retry-After` can be waited
+        out is sent once more after it (server/retry_after.py): one resend at most, of either
+        kind. `own_parameters` are the door's own query parameters: they stay here."""
         drop_credential = bool(self.proxy_keys)
         headers = request_headers(
             request.scope["headers"],
@@ -205,7 +221,10 @@ class Exchanges:
                 record, kind, request.method, request.scope["headers"], headers, route
             )
         query = request.scope.get("query_string", b"")
-        if route.upstream_key or drop_credential:
+        door_parameters = 0
+        if query and own_parameters:
+            query, door_parameters = without_parameters(query, own_parameters)
+        if query and (route.upstream_key or drop_credential):
             query = without_credential_parameters(query)
         outgoing = outgoing_request(
             request.method,
@@ -221,6 +240,7 @@ class Exchanges:
         async def dispatch(outgoing: httpx.Request) -> httpx.Response | Response:
             return await self._dispatch(route, outgoing, record)
 
+        learned: Learned | None = None
         if resend is None or record.forwarded is None:
             upstream = await dispatch(outgoing)
         else:
@@ -245,9 +265,53 @@ class Exchanges:
                     rebuilt[-1].adopt()
                 record.tally.count(learned.kind, len(learned.keys))
                 log_learned(logger, record, learned)
+        if (
+            learned is None  # one resend at most: none after a learned one
+            and isinstance(upstream, httpx.Response)
+            and upstream.status_code == RATE_LIMITED
+        ):
+            upstream = await self._after_rate_limit(request, route, outgoing, upstream, record)
+        if door_parameters:  # on the tally that stands after a rebuild: they stayed here
+            record.tally.count("door_query_parameter_dropped", door_parameters)
         if isinstance(upstream, httpx.Response):
             record.client_copy = client_copy_of(upstream)
         return upstream
+
+    async def _after_rate_limit(
+        self,
+        request: Request,
+        route: UpstreamRoute,
+        outgoing: httpx.Request,
+        limited: httpx.Response,
+        record: ExchangeRecord,
+    ) -> httpx.Response | Response:
+        """A 429 the upstream says to come back from within the route's bound and the client's
+        own read timeout: waited out and sent once more, that answer the one returned,
+        whatever it is; else, or when the client leaves during the wait, the 429 as it came
+        (its body read first, so the connection is free while waiting)."""
+        delay = retry_after_seconds(limited.headers.get("retry-after"), time.time())
+        bound = route.upstream.retry_after_max_seconds
+        elapsed = time.monotonic() - record.started
+        if not wait_to_allow(delay, bound, elapsed, patience(request.headers)):
+            return limited
+        assert delay is not None
+        limited, _ = await read_refusal(limited)  # every byte kept, should it go out after all
+        if not await client_stays(request.receive, delay):
+            logger.info(
+                "[%s] route %s: the client left during the 429's %.1f s wait; not sent again",
+                record.request_id,
+                route.name,
+                delay,
+            )
+            return limited
+        await limited.aclose()
+        record.note(
+            "rate_limit_resent",
+            "route %s answered 429 with Retry-After %.1f s: waited and sent once more",
+            route.name,
+            delay,
+        )
+        return await self._dispatch(route, resent(outgoing, outgoing.content), record)
 
     async def _dispatch(
         self, route: UpstreamRoute, outgoing: httpx.Request, record: ExchangeRecord

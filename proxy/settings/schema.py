@@ -179,6 +179,15 @@ class UpstreamSettings(RouteRuleKeys):
     model: str = ""
     """Model name sent upstream instead of the client's, when set; empty: as the client gave
     it."""
+    retry_after_max_seconds: float = 10.0
+    """A 429 whose `Retry-After` (seconds or an HTTP date) is at most this is waited out and
+    the request sent once more (nothing was generated; the client leaving ends the wait); a
+    longer one, none, or one the client's SDK read timeout (`x-stainless-read-timeout`) would
+    not outlast reaches the client at once; 0: never. 10 s: Claude Code and the openai and
+    anthropic SDKs retry a 429 themselves after its `Retry-After` (Claude Code up to 10 times,
+    the SDKs twice, within 600 s timeouts), so a short wait here takes no longer than theirs
+    and spares one of their few retries; a long one (a quota reset) is the client's to wait or
+    report."""
 
     def __post_init__(self) -> None:
         one_of("profile", self.profile, PROFILE_NAMES)

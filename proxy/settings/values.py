@@ -142,8 +142,9 @@ def _parsed(key: str, kind: type, value: str) -> Any:
     return _positive(key, converted, value)
 
 
-OFF_AT_ZERO = frozenset({"server.keepalive_seconds"})
-"""The numbers for which 0 means "never" rather than a mistake."""
+OFF_AT_ZERO = frozenset({"server.keepalive_seconds", "upstream.retry_after_max_seconds"})
+"""The numbers for which 0 means "never" rather than a mistake (a route's `routes[i].` key
+as its `upstream.` one)."""
 
 
 def _positive(key: str, number: float, value: Any) -> float:
@@ -151,10 +152,11 @@ def _positive(key: str, number: float, value: Any) -> float:
     # false with everything, so it would pass `<= 0` and then every limit check downstream.
     if not math.isfinite(number):
         raise ConfigError(f"{key}: must be a finite number, got {value!r}")
-    if number == 0 and key in OFF_AT_ZERO:
+    off_at_zero = key in OFF_AT_ZERO or f"upstream.{key.partition('.')[2]}" in OFF_AT_ZERO
+    if number == 0 and off_at_zero:
         return number
     if number <= 0:
-        off = " or 0 (off)" if key in OFF_AT_ZERO else ""
+        off = " or 0 (off)" if off_at_zero else ""
         raise ConfigError(f"{key}: must be positive{off}, got {value!r}")
     return number
 

@@ -1,7 +1,9 @@
 """An upstream that refuses before its body (a 400 with Google's array-shaped error, a 429, a
 503) is answered on every door in that door's own error shape, with the upstream's status and
 its words, and the upstream was asked exactly once: the proxy sends nothing again by itself
-(a client retries a 429 or a 503 when it chooses; a resend of its own would double that).
+(a client retries a 429 or a 503 when it chooses; a resend of its own would double that). The
+one exception, a 429 whose `Retry-After` is within `upstream.retry_after_max_seconds`, is
+waited out once (tests/flows/test_rate_limit_wait.py): the 429 here asks for a minute.
 
 Streamed or not, the client gets the HTTP error, not a stream: its SDK raises the status's own
 exception (`BadRequestError`, `RateLimitError`, `InternalServerError`) at `create()`. The
@@ -35,7 +37,11 @@ REFUSALS: dict[str, tuple[Script, str]] = {
         GOOGLE_MESSAGE,
     ),
     "openai-429": (
-        json_answer(OPENAI_429_STATUS, OPENAI_429, *ERROR_HEADERS["error_openai_429"].items()),
+        json_answer(
+            OPENAI_429_STATUS,
+            OPENAI_429,
+            *{**ERROR_HEADERS["error_openai_429"], "retry-after": "60"}.items(),
+        ),
         OPENAI_429["error"]["message"],
     ),
     "openai-503": (

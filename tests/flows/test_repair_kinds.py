@@ -682,6 +682,10 @@ COVERED_ELSEWHERE = {
     "response_format_downgraded": "test_deepseek_refuses_the_schema_once_and_json_mode_goes_from",
     # A reused connection the upstream closed under the request needs a scripted socket.
     "upstream_retried": "test_a_get_retried_by_the_transport_is_counted_and_logged",
+    # A 429 waited out needs an upstream that answers 429 first, then the answer.
+    "rate_limit_resent": "test_the_resend_is_counted_on_the_answer",
+    # A door's own query parameter needs the door's client's URL (Claude Code's `?beta=true`).
+    "door_query_parameter_dropped": "test_claude_codes_beta_query_stays_at_the_messages_door",
     # The schema kinds all come from one rewrite through one count: three run through the
     # proxy below, the rest are pinned on the rewrite itself (tests/repair/dialects).
     "schema_ref_inlined": "test_a_local_ref_is_inlined_and_the_definitions_go",

@@ -5,8 +5,9 @@ connection (the body unfinished, as a dropped upstream leaves it).
 It refuses what the upstream it stands for refuses, with that upstream's body, so a proxy
 that sends a request anywhere else is answered as it would be in production, not served:
 any path but `POST /v1/chat/completions` gets OpenAI's 404 (`Invalid URL (POST /v1/…)`), a
-query string Google's 400 for a query parameter it cannot bind (the Gemini and Vertex shapes
-these scripts play come from Google's front end, which refuses unknown parameters), a body
+query parameter it does not define (`defines`, none by default) Google's 400 for a query
+parameter it cannot bind (the Gemini and Vertex shapes these scripts play come from Google's
+front end, which refuses unknown parameters), a body
 that is not a JSON object OpenAI's 400, and a model no script names OpenAI's 404. Every
 request is recorded, refused or not, so a test can count what reached the upstream.
 
@@ -84,9 +85,25 @@ class Received:
 
 
 @dataclass
+class InTurn:
+    """Scripts answered one after the other to the requests for one model, the last one to
+    every request after it."""
+
+    scripts: tuple[Script, ...]
+    asked: int = 0
+
+    def next(self) -> Script:
+        script = self.scripts[min(self.asked, len(self.scripts) - 1)]
+        self.asked += 1
+        return script
+
+
+@dataclass
 class ScriptedChatUpstream:
-    scripts: dict[str, Script] = field(default_factory=dict, repr=False)
+    scripts: dict[str, Script | InTurn] = field(default_factory=dict, repr=False)
     received: list[Received] = field(default_factory=list, repr=False)
+    defines: frozenset[str] = frozenset()
+    """The query parameters it takes (the upstream's own API's); any other is refused."""
     _names: Iterator[int] = field(default_factory=itertools.count, repr=False)
 
     def __post_init__(self) -> None:
@@ -97,6 +114,12 @@ class ScriptedChatUpstream:
         """Registers `script`; the model name that asks for it."""
         name = f"scripted-{next(self._names)}"
         self.scripts[name] = script
+        return name
+
+    def play_in_turn(self, *scripts: Script) -> str:
+        """Registers `scripts`, answered in turn; the model name that asks for them."""
+        name = f"scripted-{next(self._names)}"
+        self.scripts[name] = InTurn(scripts)
         return name
 
     def requests_for(self, model: str) -> list[Received]:
@@ -125,8 +148,10 @@ class ScriptedChatUpstream:
         if method != "POST" or path != CHAT_PATH:
             message = f"Invalid URL ({method} {path})"
             return json_answer(404, openai_error_body(message)), message
-        if query:
-            name = parse_qsl(query, keep_blank_values=True)[0][0] if "=" in query else query
+        names = [name for name, _ in parse_qsl(query, keep_blank_values=True)] if query else []
+        unknown = [name for name in names if name not in self.defines]
+        if query and (unknown or not names):
+            name = unknown[0] if unknown else query
             message = (
                 f'Invalid JSON payload received. Unknown name "{name}": Cannot bind query '
                 f"parameter. Field '{name}' could not be found in request message."
@@ -140,7 +165,8 @@ class ScriptedChatUpstream:
         if not isinstance(model, str) or model not in self.scripts:
             message = f"The model `{model}` does not exist or you do not have access to it."
             return json_answer(404, openai_error_body(message, "model_not_found")), message
-        return self.scripts[model], None
+        script = self.scripts[model]
+        return (script.next() if isinstance(script, InTurn) else script), None
 
     def _play(self, script: Script) -> Iterator[bytes]:
         yield _head(script)
@@ -155,7 +181,9 @@ class ScriptedChatUpstream:
 
 
 @contextmanager
-def running_scripted_upstream() -> Iterator[ScriptedChatUpstream]:
-    upstream = ScriptedChatUpstream()
+def running_scripted_upstream(
+    defines: frozenset[str] = frozenset(),
+) -> Iterator[ScriptedChatUpstream]:
+    upstream = ScriptedChatUpstream(defines=defines)
     with upstream._raw:
         yield upstream

@@ -1,5 +1,5 @@
 """A Messages request's `tools` and `tool_choice` -> chat's: client tools as functions
-(Anthropic's server tools refused: they would need Anthropic to run them), `tool_choice`
+(Anthropic's own tool types refused, each saying why: anthropic_tools.py), `tool_choice`
 `auto` / `any` / `tool` / `none` as chat's `auto` / `required` / a named function / `none`,
 `disable_parallel_tool_use` as `parallel_tool_calls: false`."""
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.fronts.messages.anthropic_errors import MessagesError, string_at
+from proxy.fronts.messages.anthropic_tools import refusal
 from proxy.fronts.quoted import quoted
 
 TOOL_CHOICES = {"auto": "auto", "any": "required", "none": "none"}
@@ -38,12 +39,13 @@ def map_tools(body: dict[str, Any], chat: dict[str, Any]) -> None:
 
 
 def _tool(tool: Any, where: str) -> dict[str, Any]:
-    """A client tool as a function. Anthropic's server tools (web search, code execution, its
-    versioned bash and editor types) would need Anthropic to run them: refused."""
+    """A client tool as a function. Anthropic's own tool types are refused, each saying why
+    and what to do instead (anthropic_tools.py): its server tools need Anthropic to run them,
+    its client tools (bash, text editor, computer use) carry no schema a chat model could use."""
     if not isinstance(tool, dict):
         raise MessagesError(f"{where}: must be an object")
     if tool.get("type") not in (None, "custom"):
-        raise MessagesError(f"{where}.type: {quoted(tool.get('type'))} runs on Anthropic's servers")
+        raise MessagesError(refusal(tool, where))
     function: dict[str, Any] = {"name": string_at(tool.get("name"), f"{where}.name")}
     if isinstance(tool.get("description"), str):
         function["description"] = tool["description"]

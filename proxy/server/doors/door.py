@@ -89,6 +89,10 @@ class Door(ABC, Generic[F, R]):
     relays_unframed_streams: ClassVar[bool] = False
     """True when a streamed request answered with a body that is not an event stream is
     relayed as received; else the door renders that whole answer as its stream."""
+    query_parameters: ClassVar[frozenset[str]] = frozenset()
+    """The door's own query parameters (lower case): what its clients put on the URL for the
+    door's protocol, which no chat upstream defines. They are dropped before the send (and
+    counted, `door_query_parameter_dropped`); every other parameter goes on as sent."""
 
     def chat_headers(self, raw: RawHeaders) -> RawHeaders:
         """The client's headers as the chat upstream takes them (unchanged by default)."""

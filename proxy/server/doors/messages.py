@@ -36,6 +36,10 @@ class MessagesDoor(TranslatedDoor[Translated, message_events.MessageEvents]):
     name = "messages"
     path = "/v1/messages"
     store_failed_kind = STORE_FAILED_KIND
+    query_parameters = frozenset({"beta"})
+    """Claude Code asks every request as `POST /v1/messages?beta=true` (Anthropic's TypeScript
+    SDK calls its beta resources so): a marker Anthropic's own API reads and a chat upstream
+    does not know (Google answers 400 `Cannot bind query parameter`)."""
 
     def chat_headers(self, raw: RawHeaders) -> RawHeaders:
         """The client's headers as a chat upstream expects them: `x-api-key` becomes

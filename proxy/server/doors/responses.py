@@ -36,6 +36,9 @@ class ResponsesDoor(TranslatedDoor[Translation, ResponsesEvents]):
     name = "responses"
     path = "/v1/responses"
     store_failed_kind = STORE_FAILED_KIND
+    # No query parameters of its own: `POST /v1/responses` defines none, openai-python and
+    # Codex send none, and what a Codex provider's `query_params` adds (Azure's `api-version`)
+    # is meant for the upstream, so it goes on.
 
     def error_body(self, status: int, message: str, code: str) -> dict[str, Any]:
         kind = "invalid_request_error" if status < 500 else "server_error"

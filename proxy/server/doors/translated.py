@@ -12,7 +12,8 @@ from starlette.responses import Response
 
 from proxy.fronts.translator import Refused, Translator
 from proxy.repair.answer_ends import Clean, End, Piece, Whole
-from proxy.server.delivery import SSE_HEADERS, repairs_header
+from proxy.repair.tally import Tally
+from proxy.server.delivery import SSE_HEADERS, repairs_comment, repairs_header
 from proxy.server.doors.door import Arrival, Door, F
 from proxy.server.record import ExchangeRecord
 from proxy.upstream.headers import RawHeaders
@@ -23,13 +24,18 @@ T = TypeVar("T", bound=Translator)
 
 class TranslatedRendering(Generic[T]):
     """A front's translator as the runner's rendering: the chunks of the pieces go to it (the
-    bytes they came as mean nothing to its client), its events come out joined."""
+    bytes they came as mean nothing to its client), its events come out joined. For a client
+    that asked (`x-streamfix-debug: 1`, `debug` the exchange's tally), the stream's repairs go
+    out as an SSE comment right before the terminal events, as the chat door's go before
+    `[DONE]`: every SSE parser skips a comment (anthropic-python's and openai-python's
+    decoders drop a line that starts with `:`)."""
 
     relays_bytes: ClassVar[bool] = False
-    __slots__ = ("translator",)
+    __slots__ = ("_debug", "translator")
 
-    def __init__(self, translator: T) -> None:
+    def __init__(self, translator: T, debug: Tally | None = None) -> None:
         self.translator = translator
+        self._debug = debug
 
     @property
     def counts(self) -> dict[str, int]:
@@ -57,7 +63,10 @@ class TranslatedRendering(Generic[T]):
         return self.pieces(last) + b"".join(self.translator.settle(end))
 
     def terminal(self) -> bytes:
-        return b"".join(self.translator.terminal())
+        events = b"".join(self.translator.terminal())
+        if self._debug is None:
+            return events
+        return repairs_comment(self._debug, self.translator.counts) + events
 
     def turn(self) -> dict[str, Any] | None:
         return self.translator.turn()
@@ -93,7 +102,8 @@ class TranslatedDoor(Door[F, TranslatedRendering[T]], Generic[F, T]):
     def rendering(
         self, front: F, body: dict[str, Any], arrival: Arrival, record: ExchangeRecord
     ) -> TranslatedRendering[T]:
-        return TranslatedRendering(self.translator(front, body, arrival))
+        debug = record.tally if record.debug else None
+        return TranslatedRendering(self.translator(front, body, arrival), debug)
 
     @abstractmethod
     def whole_body(self, front: F, translator: T, completion: dict[str, Any]) -> tuple[bytes, str]:
