@@ -33,6 +33,7 @@ class TemplateOpensThink:
     kind = "think_opened_by_template_learned"
     statuses: frozenset[int] = frozenset()
     """No refusal calls for it: the seam never reads an error for it."""
+    remembers = True
     done = (
         "with a </think> nothing opened, so the chat template opens the block: "
         "think_opened_by_template = true (%s), applied to later answers from this upstream "

@@ -105,6 +105,7 @@ class RejectedParameters:
 
     kind = LEARNED_KIND
     statuses = REJECTED_STATUSES
+    remembers = True
     done = "naming %s; sent once more without it, and dropped up front for this upstream and model"
 
     def detect(self, error: str, request: Mapping[str, Any]) -> tuple[str, ...]:

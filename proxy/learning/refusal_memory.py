@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
+from typing import Any
 
 from proxy.settings.schema import Settings
 from proxy.store.memory_store import MemoryStore
@@ -23,11 +24,18 @@ MODEL_SHOWN = 200
 """The most of a model's name kept beside what was learned for it."""
 
 
+VALUE_SEPARATOR = "="
+"""Between a key's name and the value it carries (`max_tokens_limit=8192`): a character no
+parameter name or request rule's key has."""
+
+
 class RefusalMemory:
     """One entry per (upstream, model, key), in a store (proxy/store/) with its TTL:
     Redis shares them between replicas, the memory store is bounded. A key is what a refusal
     rule remembers (a parameter's name); rules other than the parameters' put a `:` in theirs,
-    which no parameter name has, so no two rules share an entry."""
+    which no parameter name has, so no two rules share an entry. A key may carry a value, a
+    number the refusal said (`max_tokens_limit=8192`): the entry is its name's, the value kept
+    beside the status, and a recall gives the key back whole."""
 
     def __init__(self, store: Store, ttl_seconds: float) -> None:
         self.store = store
@@ -41,20 +49,36 @@ class RefusalMemory:
         return f"{{{identity}:{digest}}}:{name}"
 
     async def recall_keys(self, identity: str, model: object, names: list[str]) -> set[str]:
-        """Which of `names` were remembered for this upstream and model (one store lookup)."""
+        """Which of `names` were remembered for this upstream and model (one store lookup),
+        each with the value it was remembered with (`name=value`), if any."""
         if not names:
             return set()
         keys = {self.key(identity, model, name): name for name in names}
         found = await self.store.get_many(list(keys))
-        return {keys[key] for key in found}
+        return {_with_value(keys[key], said) for key, said in found.items()}
 
     def remember(self, identity: str, model: object, names: Iterable[str], status: int) -> None:
         # The model in words beside the status, for `streamfix config` (the key holds a digest).
-        said = {"status": status, "model": str(model)[:MODEL_SHOWN]}
-        self.store.put_later({self.key(identity, model, name): said for name in names})
+        said: dict[str, Any] = {"status": status, "model": str(model)[:MODEL_SHOWN]}
+        entries: dict[str, dict[str, Any]] = {}
+        for key in names:
+            name, separator, value = key.partition(VALUE_SEPARATOR)
+            entry = {**said, "value": value} if separator else said
+            entries[self.key(identity, model, name)] = entry
+        self.store.put_later(entries)
 
     async def aclose(self) -> None:
         await self.store.aclose()
+
+
+def key_name(key: str) -> str:
+    """The name a key is remembered under: itself, or the part before its value."""
+    return key.partition(VALUE_SEPARATOR)[0]
+
+
+def _with_value(name: str, said: object) -> str:
+    value = said.get("value") if isinstance(said, dict) else None
+    return f"{name}{VALUE_SEPARATOR}{value}" if isinstance(value, str) and value else name
 
 
 def open_memory(settings: Settings, shared: Store) -> RefusalMemory:
@@ -102,6 +126,7 @@ def learned_in_redis(options: RedisOptions, identity: str) -> list[str] | None:
             said = json_codec.loads(value) if value is not None else {}
         except json_codec.JSONDecodeError:
             said = {}
+        name = _with_value(name, said)
         model = said.get("model", "a model") if isinstance(said, dict) else "a model"
         status = said.get("status", "?") if isinstance(said, dict) else "?"
         how = "answered" if status == 200 else "refused"  # an answer rule's (answer_rules.py)

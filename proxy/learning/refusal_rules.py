@@ -12,6 +12,10 @@ without one). Doctor reads the same table (`rule_for`) to say which key a refusa
 The fix is never written here: a rule sets a key of `RouteRules`, and the request phase runs
 its repair (proxy/repair/) again on the client's request, as it would with the key configured.
 What a rule is and does is request_rule.py's; here are the rules themselves.
+
+Beside them, the refusals of a completion budget (`TOKEN_LIMIT_RULES`, token_limit_rule.py):
+each says a number, the model's output limit (remembered, `max_tokens_limit` then clamps up
+front) or the room the context leaves this prompt (this request's resend only).
 """
 
 from __future__ import annotations
@@ -21,10 +25,24 @@ from typing import Any
 
 from proxy.learning.error_messages import error_messages
 from proxy.learning.request_rule import Request, RequestRule
+from proxy.learning.token_limit_rule import TokenLimitRule
+from proxy.repair.repairs.forced_tool_choice import (
+    forces_a_tool_asking_thinking,
+    forces_a_tool_thinking,
+)
 from proxy.repair.repairs.response_format import asks_json_schema
 from proxy.wire.json_shapes import objects_in
 
-__all__ = ["BAD_REQUEST", "REQUEST_RULES", "VALIDATION", "Request", "RequestRule", "rule_for"]
+__all__ = [
+    "BAD_REQUEST",
+    "REQUEST_RULES",
+    "TOKEN_LIMIT_RULES",
+    "VALIDATION",
+    "Request",
+    "RequestRule",
+    "TokenLimitRule",
+    "rule_for",
+]
 
 
 def _messages(request: Request) -> list[dict[str, Any]]:
@@ -242,8 +260,140 @@ REQUEST_RULES: tuple[RequestRule, ...] = (
         ),
         asks_json_schema,
     ),
+    RequestRule(
+        "forced_tool_choice",
+        "unforced",
+        BAD_REQUEST,
+        (
+            # DashScope (Qwen 3.5+ thinking): {"error":{"message":"<400>
+            # InternalError.Algo.InvalidParameter: The tool_choice parameter does not support
+            # being set to required or object in thinking mode","type":"invalid_request_error",
+            # "param":null,"code":"invalid_parameter_error"},…} (cloudwego/eino#994,
+            # QwenLM/qwen-code#7659, can1357/oh-my-pi#886). It names the tool choice.
+            re.compile(r"tool_choice parameter does not support being set to required or object"),
+            # DeepSeek V4, thinking by default: {"error":{"message":"Thinking mode does not
+            # support this tool_choice","type":"invalid_request_error"}} for "required" or a
+            # named function (deepseek-ai/DeepSeek-V3#1376, osaurus-ai/osaurus#1940).
+            re.compile(r"Thinking mode does not support this tool_choice"),
+            # Kimi: "tool_choice 'required' is incompatible with thinking enabled" and
+            # "tool_choice 'specified' …" for a named one (AstrBotDevs/AstrBot#7805,
+            # can1357/oh-my-pi#827); its thinking models cannot turn thinking off
+            # (theopenco/llmgateway#2090), so the choice gives way.
+            re.compile(r"tool_choice '(?:required|specified)' is incompatible with thinking"),
+        ),
+        forces_a_tool_thinking,
+    ),
+    RequestRule(
+        "forced_tool_choice",
+        "without_thinking",
+        BAD_REQUEST,
+        (
+            # Anthropic's, relayed by a chat-completions gateway (LiteLLM: "litellm.
+            # BadRequestError: AnthropicException - {"type":"error","error":{"type":
+            # "invalid_request_error","message":"Thinking may not be enabled when tool_choice
+            # forces tool use."}}", usestrix/strix#505; Bedrock's "The model returned the
+            # following errors: …", can1357/oh-my-pi#341). It names the thinking: the forced
+            # choice stays, the thinking parameters go.
+            re.compile(r"Thinking may not be enabled when tool_choice forces tool use"),
+        ),
+        forces_a_tool_asking_thinking,
+    ),
 )
 """Every request rule a refusal can call for, in the order they are tried."""
+
+LIMIT_LEARNED_KIND = "max_tokens_limit_learned"
+FITTED_KIND = "max_tokens_fitted"
+
+_BUDGET = r"`?max_(?:completion_)?tokens`?"
+
+TOKEN_LIMIT_RULES: tuple[TokenLimitRule, ...] = (
+    TokenLimitRule(
+        LIMIT_LEARNED_KIND,
+        "max_tokens_limit",
+        BAD_REQUEST,
+        (
+            # DeepSeek: {"error":{"message":"Invalid max_tokens value, the valid range of
+            # max_tokens is [1, 8192]","type":"invalid_request_error","param":null,"code":
+            # "invalid_request_error"}} (deepseek-ai/DeepSeek-V3#69, HKUDS/nanobot#651).
+            re.compile(
+                r"Invalid max_tokens value, the valid range of max_tokens is \[1, (?P<limit>\d+)"
+            ),
+            # DashScope (Qwen): "<400> InternalError.Algo.InvalidParameter: Range of max_tokens
+            # should be [1, 8192]" (open-webui/open-webui#10507).
+            re.compile(r"Range of max_tokens should be \[1, (?P<limit>\d+)\]"),
+            # OpenAI: "max_tokens is too large: 32000. This model supports at most 16384
+            # completion tokens, whereas you provided 32000." (param "max_tokens";
+            # ChatGPTNextWeb/NextChat#3195, enoch3712/ExtractThinker#346).
+            re.compile(
+                _BUDGET + r" is too large: (?P<asked>\d+)\. This model supports at most "
+                r"(?P<limit>\d+) completion tokens"
+            ),
+            # Groq: "max_tokens for `llama-3.1-8b-instant` must be less than or equal to 8000"
+            # (skapadia3214/groq-moa#8), "`max_tokens` must be less than or equal to `40960`,
+            # the maximum value for `max_tokens` is less than the `context_window` for this
+            # model" (RooCodeInc/Roo-Code#5136).
+            re.compile(
+                _BUDGET + r"(?: for `[^`]+`)? must be less than or equal to `?(?P<limit>\d+)"
+            ),
+            # Volcengine Ark (Doubao): "The parameter `max_completion_tokens` specified in the
+            # request are not valid: integer above maximum value, expected a value <= 12288,
+            # but got 32000 instead." (Gitlawb/openclaude#331).
+            re.compile(
+                r"The parameter " + _BUDGET + r" specified in the request are not valid: "
+                r"integer above maximum value, expected a value <= (?P<limit>\d+), "
+                r"but got (?P<asked>\d+) instead"
+            ),
+            # Ollama Cloud: "max_tokens (202752) exceeds model's maximum output tokens (131072)
+            # for model glm-5.1" (anomalyco/models.dev#1707, DaviRain-Su/hyper-grok-build#44).
+            re.compile(
+                r"max_tokens \((?P<asked>\d+)\) exceeds model's maximum output tokens "
+                r"\((?P<limit>\d+)\)"
+            ),
+        ),
+        remembers=True,
+        done=(
+            "naming the most completion tokens the model takes (%s); sent once more with the "
+            "budget lowered to it, and lowered up front for this upstream and model"
+        ),
+    ),
+    TokenLimitRule(
+        FITTED_KIND,
+        "max_tokens_fit",
+        BAD_REQUEST,
+        (
+            # vLLM (and NVIDIA NIM on it): "'max_tokens' or 'max_completion_tokens' is too
+            # large: 64000. This model's maximum context length is 65536 tokens and your
+            # request has 24235 input tokens (64000 > 65536 - 24235)." (serving_engine's
+            # _validate_input; claude-code-best/claude-code#272).
+            re.compile(
+                r"'max_tokens' or 'max_completion_tokens' is too large: (?P<asked>\d+)\. "
+                r"This model's maximum context length is (?P<context>\d+) tokens and your "
+                r"request has (?P<prompt>\d+) input tokens"
+            ),
+            # OpenAI, DeepSeek and vLLM before: "This model's maximum context length is 131072
+            # tokens. However, you requested 131134 tokens (122942 in the messages, 8192 in the
+            # completion). Please reduce the length of the messages or completion."
+            # (evalstate/fast-agent#621, vllm-project/vllm#20409).
+            re.compile(
+                r"maximum context length is (?P<context>\d+) tokens\. However, you requested "
+                r"\d+ tokens \((?P<prompt>\d+) in the messages, (?P<asked>\d+) in the "
+                r"completion\)"
+            ),
+        ),
+        remembers=False,
+        done=(
+            "saying the prompt leaves room for %s; sent once more with the budget lowered to "
+            "fit, for this request only (the room depends on the prompt)"
+        ),
+    ),
+)
+"""The refusals of a completion budget, tried before every other rule (their texts name
+`max_tokens`, which no parameter refusal must take for a parameter to drop). The first holds
+for the model: its limit is remembered. The second is the context's: what is left for the
+completion is the context less this prompt, which the upstream counted with its own tokenizer
+and the proxy cannot count the same way for the next request (a guess too low refuses again, one
+too high cuts an answer that would have fitted), so each such refusal is answered by one resend
+that fits, and nothing is remembered."""
 
 
 def rule_for(status: int, error: str, request: Request) -> RequestRule | None:

@@ -17,7 +17,8 @@ refused; never more than once, never for another status. A rule whose fix is a r
 `rebuild` runs the request phase again on the client's request with the adjusted rules, so the
 repair exists once, and the answer's side (tool names mapped back) knows what was sent. What
 it learned is remembered per (upstream, model) in the store backend's own namespace (Redis
-shares it between replicas), and `recall` gives it back before the next request's repairs run.
+shares it between replicas; a rule whose refusal holds for that request only, `remembers`
+false, keeps nothing), and `recall` gives it back before the next request's repairs run.
 A route key set explicitly is never learned over (`RouteRules.learnable`). It reports what it
 did as a value (`Learned`), which the server counts and logs: the seam never reaches into the
 exchange.
@@ -33,9 +34,9 @@ import httpx
 
 from proxy.learning.answer_rules import TEMPLATE_OPENS_THINK
 from proxy.learning.parameter_fallback import PARAMETERS
-from proxy.learning.refusal_memory import RefusalMemory, open_memory
+from proxy.learning.refusal_memory import RefusalMemory, key_name, open_memory
 from proxy.learning.refusal_reading import read_refusal, resent
-from proxy.learning.refusal_rules import REQUEST_RULES
+from proxy.learning.refusal_rules import REQUEST_RULES, TOKEN_LIMIT_RULES
 from proxy.repair.rules import RouteRules
 from proxy.settings.schema import Settings
 from proxy.store.protocol import Store
@@ -56,6 +57,11 @@ class RefusalRule(Protocol):
     @property
     def done(self) -> str:
         """The log line's account of what was done, `%s` receiving the keys learned."""
+
+    @property
+    def remembers(self) -> bool:
+        """Whether what it reads holds for the upstream and model (remembered), or for this
+        request only (resent, nothing kept)."""
 
     def detect(self, error: str, request: Mapping[str, Any]) -> tuple[str, ...]:
         """The memory keys of what the error body refuses in `request`; () when it is not
@@ -78,9 +84,15 @@ class RefusalRule(Protocol):
         model, so the repairs leave it out up front."""
 
 
-RULES: tuple[RefusalRule, ...] = (PARAMETERS, *REQUEST_RULES, TEMPLATE_OPENS_THINK)
+RULES: tuple[RefusalRule, ...] = (
+    *TOKEN_LIMIT_RULES,
+    PARAMETERS,
+    *REQUEST_RULES,
+    TEMPLATE_OPENS_THINK,
+)
 """Every refusal learned, in the order their detection is tried (the first that names
-something in the request is the one acted on); last, the rule an answer teaches
+something in the request is the one acted on): the completion budget's first (a text naming
+`max_tokens` too large must lower it, never drop it); last, the rule an answer teaches
 (answer_rules.py), which no refusal calls for."""
 
 
@@ -92,6 +104,7 @@ class Learned:
     status: int
     keys: tuple[str, ...]
     ttl_seconds: float
+    """How long it is remembered; 0 for a rule that remembers nothing."""
 
     @property
     def kind(self) -> str:
@@ -148,7 +161,7 @@ class RefusalLearning:
             tuple(
                 (rule, keys)
                 for rule, candidates in wanted
-                if (keys := frozenset(found.intersection(candidates)))
+                if (keys := frozenset(key for key in found if key_name(key) in candidates))
             )
         )
 
@@ -191,8 +204,11 @@ class RefusalLearning:
             if again == body:  # the rule's repair has nothing to change here: it stands
                 return response, None
         await response.aclose()
-        self.memory.remember(identity, body.get("model"), keys, status)
-        learned = Learned(rule, status, keys, self.memory.ttl_seconds)
+        ttl_seconds = 0.0
+        if rule.remembers:
+            self.memory.remember(identity, body.get("model"), keys, status)
+            ttl_seconds = self.memory.ttl_seconds
+        learned = Learned(rule, status, keys, ttl_seconds)
         return await dispatch(resent(outgoing, json_codec.dumps(again))), learned
 
     def answered(

@@ -35,6 +35,11 @@ class RequestRule:
     one's, and a request without it has nothing to look up."""
 
     @property
+    def remembers(self) -> bool:
+        """A request rule holds for the upstream and model: always remembered."""
+        return True
+
+    @property
     def kind(self) -> str:
         """Counted and logged when learned (`schema_dialect_learned`)."""
         return f"{self.key}_learned"

@@ -30,12 +30,17 @@ TOOL_NAME_RULE_NAMES = ("auto", "none", *TOOL_NAME_RULES)
 RESPONSE_FORMAT_SCHEMAS = ("as_sent", "json_object")
 """How a `json_schema` response format goes up: as the client sent it, or as `json_object`
 with the schema in the prompt (proxy/repair/repairs/response_format.py)."""
+FORCED_TOOL_CHOICES = ("as_sent", "unforced", "without_thinking")
+"""How a forced `tool_choice` goes up (proxy/repair/repairs/forced_tool_choice.py): as the
+client sent it, as "auto", or as sent with the request's thinking parameters left out."""
 LEARNABLE_KEYS = (
     "schema_dialect",
     "tool_names",
     *(rule.name for rule in fields(MessageRules)),
     "response_format_schema",
     "think_opened_by_template",
+    "max_tokens_limit",
+    "forced_tool_choice",
 )
 """The keys the upstream may teach a route while they are "auto": by its refusal
 (proxy/learning/refusal_rules.py), or by its answers (`think_opened_by_template`,
@@ -99,6 +104,25 @@ class RouteRuleKeys:
     upstreams that take JSON mode but not a schema (DeepSeek: "This response_format type is
     unavailable now"). "auto" (as sent until learned): learned from the upstream's own refusal,
     never from its name."""
+    max_tokens_limit: int | str = "auto"
+    """The most `max_tokens` / `max_completion_tokens` (the Responses front's
+    `max_output_tokens`, the Messages front's `max_tokens`) an upstream takes: a larger value
+    goes up as this one, never a smaller one raised. "auto" (as sent until learned): learned
+    from the upstream's own refusal that names its limit (DeepSeek's "the valid range of
+    max_tokens is [1, 8192]", OpenAI's "supports at most 16384 completion tokens"); a refusal
+    that the prompt and the completion together pass the context (vLLM's) is answered by one
+    resend that fits this prompt, and not remembered. "none": sent as the client sent it, never
+    learned; a number: clamped to it, never learned."""
+    forced_tool_choice: str = "auto"
+    """A forced `tool_choice` ("required", or a named function: Claude Code's structured
+    output and side requests force one) to an upstream that refuses it in thinking mode:
+    "as_sent"; "unforced": it goes up as "auto" (DashScope's "The tool_choice parameter does
+    not support being set to required or object in thinking mode", DeepSeek's "Thinking mode
+    does not support this tool_choice", Kimi's); "without_thinking": it goes up as sent, and
+    the request's thinking parameters (`reasoning_effort`, `reasoning`, `thinking`,
+    `enable_thinking`) do not (Anthropic's "Thinking may not be enabled when tool_choice forces
+    tool use", through a gateway). "auto" (as sent until learned): learned from the refusal,
+    whichever its words call for; a request that turns thinking off is sent as it came."""
     learn_rejected_parameters: bool = True
     """When the upstream answers 400/422 naming a top-level parameter the request sent (not
     model, messages, tools, tool_choice or stream), send the request once more without it, and
@@ -107,6 +131,8 @@ class RouteRuleKeys:
     def __post_init__(self) -> None:
         opened = _flag_or_auto("think_opened_by_template", self.think_opened_by_template)
         object.__setattr__(self, "think_opened_by_template", opened)  # "true" from the env
+        object.__setattr__(self, "max_tokens_limit", _limit_or_word(self.max_tokens_limit))
+        one_of("forced_tool_choice", self.forced_tool_choice, ("auto", *FORCED_TOOL_CHOICES))
         one_of("reasoning_field", self.reasoning_field, REASONING_FIELDS)
         one_of("schema_dialect", self.schema_dialect, SCHEMA_DIALECT_NAMES)
         one_of("developer_role", self.developer_role, ("auto", *DEVELOPER_ROLES))
@@ -144,6 +170,10 @@ class RouteRules:
     """What the markup repairs may do with text that is really calls or reasoning."""
     response_format_schema: str = "as_sent"
     """How a `json_schema` response format goes up (one of `RESPONSE_FORMAT_SCHEMAS`)."""
+    max_tokens_limit: int = 0
+    """The most `max_tokens` / `max_completion_tokens` goes up as (0: as sent)."""
+    forced_tool_choice: str = "as_sent"
+    """How a forced `tool_choice` goes up (one of `FORCED_TOOL_CHOICES`)."""
     learn_rejected_parameters: bool = True
     """A 400/422 naming a parameter gets one more send without it, and is remembered."""
     learnable: frozenset[str] = field(default=frozenset(LEARNABLE_KEYS), compare=False)
@@ -172,6 +202,9 @@ def resolve(keys: RouteRuleKeys, profile: ProviderProfile) -> RouteRules:
         ),
         # No profile says "json_object": the refusal does, whatever the host (auto: as sent).
         response_format_schema=_resolved(keys.response_format_schema, "as_sent"),
+        # Neither is a host's: the upstream's refusal says them (auto: as sent).
+        max_tokens_limit=keys.max_tokens_limit if isinstance(keys.max_tokens_limit, int) else 0,
+        forced_tool_choice=_resolved(keys.forced_tool_choice, "as_sent"),
         learn_rejected_parameters=keys.learn_rejected_parameters,
         learnable=frozenset(key for key in LEARNABLE_KEYS if getattr(keys, key) == "auto"),
     )
@@ -186,6 +219,27 @@ def _flag_or_auto(key: str, value: bool | str) -> bool | str:
     if said in ("true", "false"):
         return said == "true"
     raise ConfigError(f'{key}: must be true, false or "auto", got {value!r}')
+
+
+def _limit_or_word(value: int | str) -> int | str:
+    """`max_tokens_limit`: "auto", "none" or a positive integer (a string of digits from the
+    environment or a flag is read here, the key's type not being the settings' plain int)."""
+    if isinstance(value, bool):
+        raise ConfigError(f'max_tokens_limit: must be "auto", "none" or a number, got {value!r}')
+    if isinstance(value, int):
+        number = value
+    else:
+        said = str(value).strip().lower()
+        if said in ("auto", "none"):
+            return said
+        if not said.isdigit():
+            raise ConfigError(
+                f'max_tokens_limit: must be "auto", "none" or a number, got {value!r}'
+            )
+        number = int(said)
+    if number < 1:
+        raise ConfigError(f"max_tokens_limit: must be at least 1, got {number}")
+    return number
 
 
 def _resolved(configured: str, profiles: str) -> str:

@@ -31,6 +31,8 @@ def rules_in_force(upstream: UpstreamSettings) -> str:
         f"tool names {rules.tool_names or 'as sent'}",
         *(f"{rule.name} {getattr(rules.messages, rule.name)}" for rule in fields(rules.messages)),
         f"response_format_schema {rules.response_format_schema}",
+        f"max_tokens_limit {rules.max_tokens_limit or 'as sent'}",
+        f"forced_tool_choice {rules.forced_tool_choice}",
         "parameters " + (", ".join(map(_parameter, rules.profile.parameters)) or "as sent"),
         "rejected parameters " + ("learned" if rules.learn_rejected_parameters else "relayed"),
         "text tool calls " + ("recognised" if rules.markup.text_tool_calls else "as sent"),

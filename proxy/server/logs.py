@@ -134,12 +134,13 @@ def log_exchange(
 
 def log_learned(logger: logging.Logger, record: ExchangeRecord, learned: Learned) -> None:
     """The line a refusal learned gets: once, with the request id, at warning level."""
+    kept = " for %.0fs" if learned.ttl_seconds else ""  # a rule that remembers nothing
     logger.warning(
-        "[%s] %s: route %s upstream answered %d " + learned.rule.done + " for %.0fs",
+        "[%s] %s: route %s upstream answered %d " + learned.rule.done + kept,
         record.request_id,
         learned.kind,
         record.route,
         learned.status,
         ", ".join(learned.keys),
-        learned.ttl_seconds,
+        *((learned.ttl_seconds,) if learned.ttl_seconds else ()),
     )

@@ -23,6 +23,7 @@ import redis
 
 from proxy.routing.rules_view import learned
 from proxy.settings.schema import ReceiptSettings, Settings
+from tests.support.limit_upstreams import dashscope_forced_tool, litellm_anthropic_forced_tool
 from tests.support.message_upstreams import (
     deepseek_roles,
     kimi_tool_content,
@@ -154,6 +155,24 @@ CASES = {
         deepseek_formats,
         {"messages": [USER], "response_format": JSON_SCHEMA},
     ),
+    # DashScope: "The tool_choice parameter does not support being set to required or object
+    # in thinking mode" (Qwen thinks by default there).
+    "forced_tool_choice_unforced": Case(
+        "forced_tool_choice",
+        dashscope_forced_tool,
+        {"messages": [USER], "tools": [tool("read")], "tool_choice": "required"},
+    ),
+    # LiteLLM relaying Anthropic: "Thinking may not be enabled when tool_choice forces tool use."
+    "forced_tool_choice_without_thinking": Case(
+        "forced_tool_choice",
+        litellm_anthropic_forced_tool,
+        {
+            "messages": [USER],
+            "tools": [tool("read")],
+            "tool_choice": {"type": "function", "function": {"name": "read"}},
+            "reasoning_effort": "high",
+        },
+    ),
 }
 
 
@@ -270,6 +289,11 @@ LOOKALIKES = {
         refusal_text("This response_format type is unavailable now", 429),
         {"messages": [USER], "response_format": JSON_SCHEMA},
     ),
+    # DeepSeek's words about a forced tool choice, to a request that forces none.
+    "nothing_forced": (
+        refusal_text("Thinking mode does not support this tool_choice"),
+        {"messages": [USER], "tools": TOOLS, "tool_choice": "auto"},
+    ),
 }
 
 
@@ -295,6 +319,7 @@ def test_a_text_that_only_looks_like_a_refusal_is_never_retried(
         ("developer_role", "keep", "developer_role_serde"),
         ("system_messages", "as_sent", "system_messages"),
         ("response_format_schema", "as_sent", "response_format_schema"),
+        ("forced_tool_choice", "as_sent", "forced_tool_choice_unforced"),
     ],
 )
 def test_a_key_set_explicitly_is_never_learned_over(key: str, value: str, case: str) -> None:

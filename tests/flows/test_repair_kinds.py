@@ -680,6 +680,16 @@ COVERED_ELSEWHERE = {
     "parameter_learned": "test_the_learned_drop_is_counted_and_logged_once_with_the_request_id",
     # A JSON schema format downgraded needs the upstream's refusal first (the DeepSeek fake).
     "response_format_downgraded": "test_deepseek_refuses_the_schema_once_and_json_mode_goes_from",
+    # A completion budget lowered needs the upstream's refusal first (tests/support/
+    # limit_upstreams.py), and two requests for the one remembered.
+    "max_tokens_limit_learned": "test_the_models_limit_is_learned_after_one_resend_and_applied",
+    "max_tokens_clamped": "test_the_models_limit_is_learned_after_one_resend_and_applied",
+    "max_tokens_fitted": "test_the_contexts_room_is_fitted_to_each_prompt_and_never_remembered",
+    # A forced tool choice changed needs a thinking upstream's refusal first.
+    "tool_choice_unforced": "test_the_refusal_is_learned_after_one_resend_and_applied_up_front",
+    "thinking_dropped_for_tool_choice": (
+        "test_the_refusal_is_learned_after_one_resend_and_applied_up_front"
+    ),
     # A reused connection the upstream closed under the request needs a scripted socket.
     "upstream_retried": "test_a_get_retried_by_the_transport_is_counted_and_logged",
     # A 429 waited out needs an upstream that answers 429 first, then the answer.

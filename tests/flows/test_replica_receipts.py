@@ -10,6 +10,7 @@ accepted got its receipt from the replica that did not see the turn, through Red
   same on every replica, so round three, sent to the first replica with round two's ids as the
   second rewrote them, is accepted;
 - a parameter refusal learned on one replica: the other sends the request adjusted at once;
+  a model's completion limit likewise, its number carried through Redis;
 - the Responses API: `previous_response_id`, and `encrypted_content` tokens with `store:
   false` (one STREAMFIX_RECEIPT_SECRET on both);
 - the Messages API: thinking blocks whose signature one replica minted and the other reads.
@@ -37,6 +38,7 @@ from tests.support.gemini_upstream import (
     TextStep,
     running_gemini_upstream,
 )
+from tests.support.limit_upstreams import deepseek_budget_refusal
 from tests.support.proxies import running_proxy
 from tests.support.proxy_process import ServedProxy
 from tests.support.reasoning_flows import FINAL_TEXTS, QUESTIONS
@@ -111,7 +113,14 @@ def redis_server() -> Iterator[RedisServer]:
 
 @pytest.fixture(scope="module")
 def upstreams() -> Iterator[Upstreams]:
-    refusing = RejectingUpstream({"store": groq_unsupported("store", "stop")})
+    refusing = RejectingUpstream(
+        {
+            "store": groq_unsupported("store", "stop"),
+            "max_tokens": lambda asked: (
+                (400, deepseek_budget_refusal(8192)) if asked > 8192 else None
+            ),
+        }
+    )
     with (
         running_gemini_upstream(THREE_STEPS) as (gemini, gemini_root),
         running_deepseek_upstream() as (deepseek, deepseek_root),
@@ -242,6 +251,29 @@ def test_a_refusal_learned_on_one_replica_adjusts_the_other_at_once(replicas: Re
     assert "parameter_dropped:1" in second.headers["x-streamfix-repairs"]
     assert len(fake.requests) == sent + 3  # one request, already without it
     assert "store" not in fake.bodies()[-1]
+
+
+def test_a_limit_learned_on_one_replica_lowers_the_budget_on_the_other_at_once(
+    replicas: Replicas,
+) -> None:
+    fake = replicas.upstreams.refusing
+    question = [{"role": "user", "content": "hi"}]
+    body = {"model": REFUSING_MODEL, "messages": question, "max_tokens": 32000}
+    headers = {"authorization": "Bearer sk-refusing"}
+    sent = len(fake.requests)
+    first = httpx.post(f"{replicas.first.url}/v1/chat/completions", json=body, headers=headers)
+    assert first.status_code == 200, first.text
+    assert "max_tokens_limit_learned:1" in first.headers["x-streamfix-repairs"]
+    assert [b["max_tokens"] for b in fake.bodies()[sent:]] == [32000, 8192]
+    with redis.Redis.from_url(replicas.redis.url) as client:
+        wait_until(
+            lambda: list(client.scan_iter(match="streamfix:learned:*:max_tokens_limit")),
+            "the learned limit in Redis",
+        )
+    second = httpx.post(f"{replicas.second.url}/v1/chat/completions", json=body, headers=headers)
+    assert second.status_code == 200, second.text
+    assert second.headers["x-streamfix-repairs"] == "max_tokens_clamped:1"
+    assert [b["max_tokens"] for b in fake.bodies()[sent:]] == [32000, 8192, 8192]
 
 
 # ── the fronts ───────────────────────────────────────────────────────────────

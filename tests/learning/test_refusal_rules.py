@@ -22,6 +22,12 @@ STRUCTURED = {
     "messages": [{"role": "user", "content": "y"}],
     "response_format": {"type": "json_schema", "json_schema": {"name": "o", "schema": {}}},
 }
+FORCED = {
+    "messages": [{"role": "user", "content": "y"}],
+    "tools": [{"type": "function", "function": {"name": "StructuredOutput"}}],
+    "tool_choice": {"type": "function", "function": {"name": "StructuredOutput"}},
+    "reasoning_effort": "high",
+}
 
 # The issue's and the reports' own words, each with the rule it calls for.
 TEXTS: list[tuple[str, dict[str, Any], str, str]] = [
@@ -89,6 +95,28 @@ TEXTS: list[tuple[str, dict[str, Any], str, str]] = [
         STRUCTURED,
         "response_format_schema",
         "json_object",
+    ),
+    (
+        "<400> InternalError.Algo.InvalidParameter: The tool_choice parameter does not support "
+        "being set to required or object in thinking mode",
+        FORCED,
+        "forced_tool_choice",
+        "unforced",
+    ),
+    ("Thinking mode does not support this tool_choice", FORCED, "forced_tool_choice", "unforced"),
+    (
+        "tool_choice 'specified' is incompatible with thinking enabled",
+        FORCED,
+        "forced_tool_choice",
+        "unforced",
+    ),
+    (
+        'litellm.BadRequestError: AnthropicException - {"type":"error","error":{"type":'
+        '"invalid_request_error","message":"Thinking may not be enabled when tool_choice forces '
+        'tool use."}}',
+        FORCED,
+        "forced_tool_choice",
+        "without_thinking",
     ),
 ]
 
@@ -194,3 +222,30 @@ def test_adjust_sets_the_key_and_only_for_its_own_memory_key() -> None:
     assert merged.adjust(rules, frozenset({"tool_names:gemini"})) is rules
     names = by_key["tool_names", "openai"]
     assert names.adjust(rules, frozenset({names.memory_key})).tool_names == "openai"
+
+
+def test_a_forced_choice_refused_calls_for_nothing_when_nothing_forces_or_thinking_is_off() -> None:
+    by_key = {(rule.key, rule.value): rule for rule in REQUEST_RULES}
+    unforced, unthinking = (
+        by_key["forced_tool_choice", "unforced"],
+        by_key["forced_tool_choice", "without_thinking"],
+    )
+    for choice in ("auto", "none", None):
+        request = {**FORCED, "tool_choice": choice}
+        assert not unforced.carries(request) and not unthinking.carries(request)
+    assert unforced.carries({**FORCED, "tool_choice": "required"})
+    # DeepSeek V4 thinks with no parameter asking: the choice is still what to unforce...
+    bare = {key: value for key, value in FORCED.items() if key != "reasoning_effort"}
+    assert unforced.carries(bare)
+    # ... but there is no thinking parameter to leave out.
+    assert not unthinking.carries(bare)
+    for off in (
+        {"thinking": {"type": "disabled"}},
+        {"enable_thinking": False},
+        {"reasoning_effort": "none"},
+        {"chat_template_kwargs": {"enable_thinking": False}},
+    ):
+        assert not unforced.carries({**bare, **off}), off
+    allowed = {"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": []}}
+    assert unforced.carries({**FORCED, "tool_choice": allowed})
+    assert not unforced.carries({**FORCED, "tool_choice": {**allowed, "allowed_tools": {}}})

@@ -116,6 +116,7 @@ class ToolChoiceRefused:
     kind = "tool_choice_learned"
     statuses = frozenset({422})
     done = "naming %s; sent once more with tool_choice auto"
+    remembers = True
 
     def detect(self, error: str, request: Mapping[str, Any]) -> tuple[str, ...]:
         said = "tool_choice required is not supported" in error

@@ -11,7 +11,9 @@ from proxy.repair.pipeline import Link
 from proxy.repair.repairs.call_ids import ReusedCallIdRepair
 from proxy.repair.repairs.content_parts import ContentPartsRepair
 from proxy.repair.repairs.finish_reason import FinishReasonRepair
+from proxy.repair.repairs.forced_tool_choice import ForcedToolChoiceRepair
 from proxy.repair.repairs.history import HistoryRepair
+from proxy.repair.repairs.max_tokens import MaxTokensClamped
 from proxy.repair.repairs.message_shapes import MessageShapeRepair
 from proxy.repair.repairs.parameters import ParameterRepair
 from proxy.repair.repairs.receipt_capture import ReceiptCapture
@@ -68,7 +70,12 @@ def request_repairs(options: ChainOptions, store: Store) -> list[RequestRepair]:
        way back to the client's names for the stream; ResponseFormatDowngraded sends a
        `json_schema` response format as JSON mode with the schema in the leading system
        message, after ParameterRepair (a format the upstream takes in no form is dropped
-       there, and then there is nothing to downgrade).
+       there, and then there is nothing to downgrade); MaxTokensClamped sends a completion
+       budget over the upstream's limit as the limit, after ParameterRepair (Mistral's
+       `max_completion_tokens` renamed first, and both names are clamped alike);
+       ForcedToolChoiceRepair unforces a forced tool choice, or leaves out the thinking
+       parameters beside it, after ParameterRepair (a thinking parameter the upstream refused
+       is gone by then) and before ToolNamesRenamed (which renames a named choice left).
     3. The receipt repairs (receipts.py says each one's job), in their own order: ReceiptLookup
        (the one store read), ForeignMetadataStripped, ReceiptsRestored,
        CurrentTurnPlaceholders, MissingReceiptsCounted. They read the history by the client's
@@ -89,6 +96,8 @@ def request_repairs(options: ChainOptions, store: Store) -> list[RequestRepair]:
         ToolSchemaRepair(),
         ParameterRepair(),
         ResponseFormatDowngraded(),
+        MaxTokensClamped(),
+        ForcedToolChoiceRepair(),
         ToolNamesRenamed(),
         ReceiptLookup(store),
         ForeignMetadataStripped(),
