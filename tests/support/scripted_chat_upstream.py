@@ -61,6 +61,38 @@ def openai_error_body(message: str, code: str | None = None) -> dict[str, Any]:
     }
 
 
+def wrong_target(
+    method: str, path: str, query: str, defines: frozenset[str] = frozenset()
+) -> tuple[int, Any, str] | None:
+    """The refusal of a request sent anywhere but `POST /v1/chat/completions` without a query
+    string, as (status, body, message), or None for that one target. Another method or path:
+    OpenAI's 404 (`Invalid URL (POST /v1/…)`). A query parameter: Google's 400 for one it
+    cannot bind, in the JSON array the OpenAI-compatible endpoint wraps errors in, with the
+    `BadRequest` field violation Google's front end adds (the front the Gemini and Vertex shapes
+    come from; Claude Code's `?beta=true` gets it when a door passes it on). `defines`: the
+    query parameters this upstream's API does define."""
+    if method != "POST" or path != CHAT_PATH:
+        message = f"Invalid URL ({method} {path})"
+        return 404, openai_error_body(message), message
+    if not query:
+        return None
+    names = [name for name, _ in parse_qsl(query, keep_blank_values=True)]
+    unknown = [name for name in names if name not in defines]
+    if names and not unknown:
+        return None
+    name = unknown[0] if unknown else query
+    message = (
+        f'Invalid JSON payload received. Unknown name "{name}": Cannot bind query '
+        f"parameter. Field '{name}' could not be found in request message."
+    )
+    violation: dict[str, Any] = {
+        "@type": "type.googleapis.com/google.rpc.BadRequest",
+        "fieldViolations": [{"description": message}],
+    }
+    error = {"code": 400, "message": message, "status": "INVALID_ARGUMENT", "details": [violation]}
+    return 400, [{"error": error}], message
+
+
 def _head(script: Script) -> bytes:
     phrase = HTTPStatus(script.status).phrase
     lines = [
@@ -145,19 +177,10 @@ class ScriptedChatUpstream:
         return Reply(pieces=self._play(script))
 
     def _answer(self, method: str, path: str, query: str, body: Any) -> tuple[Script, str | None]:
-        if method != "POST" or path != CHAT_PATH:
-            message = f"Invalid URL ({method} {path})"
-            return json_answer(404, openai_error_body(message)), message
-        names = [name for name, _ in parse_qsl(query, keep_blank_values=True)] if query else []
-        unknown = [name for name in names if name not in self.defines]
-        if query and (unknown or not names):
-            name = unknown[0] if unknown else query
-            message = (
-                f'Invalid JSON payload received. Unknown name "{name}": Cannot bind query '
-                f"parameter. Field '{name}' could not be found in request message."
-            )
-            error = {"code": 400, "message": message, "status": "INVALID_ARGUMENT"}
-            return json_answer(400, [{"error": error}]), message
+        wrong = wrong_target(method, path, query, self.defines)
+        if wrong is not None:
+            status, error_body, message = wrong
+            return json_answer(status, error_body), message
         if not isinstance(body, dict):
             message = "We could not parse the JSON body of your request."
             return json_answer(400, openai_error_body(message)), message
