@@ -15,6 +15,7 @@ from proxy.repair.dialects.schemas import DIALECTS
 from proxy.repair.markup.rules import REASONING_FIELDS, MarkupRules
 from proxy.repair.profiles import (
     ASSISTANT_TOOL_CONTENTS,
+    CACHE_CONTROLS,
     DEVELOPER_ROLES,
     PROFILES,
     SYSTEM_MESSAGES,
@@ -35,6 +36,7 @@ LEARNABLE_KEYS = (
     "tool_names",
     *(rule.name for rule in fields(MessageRules)),
     "response_format_schema",
+    "cache_control",
     "think_opened_by_template",
 )
 """The keys the upstream may teach a route while they are "auto": by its refusal
@@ -99,6 +101,13 @@ class RouteRuleKeys:
     upstreams that take JSON mode but not a schema (DeepSeek: "This response_format type is
     unavailable now"). "auto" (as sent until learned): learned from the upstream's own refusal,
     never from its name."""
+    cache_control: str = "auto"
+    """Anthropic's prompt-cache marks (`cache_control`, with or without a `ttl`) on content
+    parts, messages and tools, which OpenRouter and other gateways honour for Anthropic and
+    Gemini models: "as_sent"; "without_ttl" (each mark loses its `ttl`); "dropped" (every mark
+    goes, and a system message or a lone user text made parts only to carry one goes up as a
+    string again). "auto" (the profile's: deepseek, groq and cerebras "dropped", others as
+    sent): also learned from the upstream's own refusal."""
     learn_rejected_parameters: bool = True
     """When the upstream answers 400/422 naming a top-level parameter the request sent (not
     model, messages, tools, tool_choice or stream), send the request once more without it, and
@@ -124,6 +133,7 @@ class RouteRuleKeys:
             self.response_format_schema,
             ("auto", *RESPONSE_FORMAT_SCHEMAS),
         )
+        one_of("cache_control", self.cache_control, ("auto", *CACHE_CONTROLS))
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +154,8 @@ class RouteRules:
     """What the markup repairs may do with text that is really calls or reasoning."""
     response_format_schema: str = "as_sent"
     """How a `json_schema` response format goes up (one of `RESPONSE_FORMAT_SCHEMAS`)."""
+    cache_control: str = "as_sent"
+    """How the `cache_control` marks go up (one of `CACHE_CONTROLS`)."""
     learn_rejected_parameters: bool = True
     """A 400/422 naming a parameter gets one more send without it, and is remembered."""
     learnable: frozenset[str] = field(default=frozenset(LEARNABLE_KEYS), compare=False)
@@ -172,6 +184,7 @@ def resolve(keys: RouteRuleKeys, profile: ProviderProfile) -> RouteRules:
         ),
         # No profile says "json_object": the refusal does, whatever the host (auto: as sent).
         response_format_schema=_resolved(keys.response_format_schema, "as_sent"),
+        cache_control=_resolved(keys.cache_control, profile.cache_control),
         learn_rejected_parameters=keys.learn_rejected_parameters,
         learnable=frozenset(key for key in LEARNABLE_KEYS if getattr(keys, key) == "auto"),
     )

@@ -31,6 +31,7 @@ def rules_in_force(upstream: UpstreamSettings) -> str:
         f"tool names {rules.tool_names or 'as sent'}",
         *(f"{rule.name} {getattr(rules.messages, rule.name)}" for rule in fields(rules.messages)),
         f"response_format_schema {rules.response_format_schema}",
+        f"cache_control {rules.cache_control}",
         "parameters " + (", ".join(map(_parameter, rules.profile.parameters)) or "as sent"),
         "rejected parameters " + ("learned" if rules.learn_rejected_parameters else "relayed"),
         "text tool calls " + ("recognised" if rules.markup.text_tool_calls else "as sent"),

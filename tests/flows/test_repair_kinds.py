@@ -680,6 +680,12 @@ COVERED_ELSEWHERE = {
     "parameter_learned": "test_the_learned_drop_is_counted_and_logged_once_with_the_request_id",
     # A JSON schema format downgraded needs the upstream's refusal first (the DeepSeek fake).
     "response_format_downgraded": "test_deepseek_refuses_the_schema_once_and_json_mode_goes_from",
+    # Marks and PDFs need the Messages front and an upstream refusing them with its real body
+    # first (tests/support/part_upstreams.py).
+    "cache_control_dropped": "test_an_upstream_refusing_marks_gets_them_dropped_once_and_from",
+    "cache_control_ttl_dropped": "test_an_upstream_refusing_only_the_ttl_keeps_the_breakpoints",
+    "file_parts_learned": "test_an_upstream_that_refuses_file_parts_is_answered_clearly_and",
+    "file_parts_refused": "test_an_upstream_that_refuses_file_parts_is_answered_clearly_and",
     # A reused connection the upstream closed under the request needs a scripted socket.
     "upstream_retried": "test_a_get_retried_by_the_transport_is_counted_and_logged",
     # The schema kinds all come from one rewrite through one count: three run through the

@@ -1,13 +1,15 @@
 """A Messages request's `tools` and `tool_choice` -> chat's: client tools as functions
 (Anthropic's server tools refused: they would need Anthropic to run them), `tool_choice`
 `auto` / `any` / `tool` / `none` as chat's `auto` / `required` / a named function / `none`,
-`disable_parallel_tool_use` as `parallel_tool_calls: false`."""
+`disable_parallel_tool_use` as `parallel_tool_calls: false`. A tool's `cache_control` goes on its
+chat tool, beside `function`, where OpenRouter reads it (cache_marks.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from proxy.fronts.messages.anthropic_errors import MessagesError, string_at
+from proxy.fronts.messages.cache_marks import mark_of, marked
 from proxy.fronts.quoted import quoted
 
 TOOL_CHOICES = {"auto": "auto", "any": "required", "none": "none"}
@@ -51,4 +53,4 @@ def _tool(tool: Any, where: str) -> dict[str, Any]:
     if not isinstance(schema, dict):
         raise MessagesError(f"{where}.input_schema: Field required")
     function["parameters"] = schema
-    return {"type": "function", "function": function}
+    return marked({"type": "function", "function": function}, mark_of(tool))
