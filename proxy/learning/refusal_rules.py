@@ -26,6 +26,7 @@ from typing import Any
 from proxy.learning.error_messages import error_messages
 from proxy.learning.request_rule import Request, RequestRule
 from proxy.learning.token_limit_rule import TokenLimitRule
+from proxy.repair.repairs.cache_control import has_marks, has_ttl_marks, marked_parts_at
 from proxy.repair.repairs.forced_tool_choice import (
     forces_a_tool_asking_thinking,
     forces_a_tool_thinking,
@@ -225,6 +226,48 @@ REQUEST_RULES: tuple[RequestRule, ...] = (
         _calls_without_content,
     ),
     RequestRule(
+        "cache_control",
+        "without_ttl",
+        VALIDATION,
+        (
+            # Anthropic on Vertex and Bedrock's older Claude models refuse the `ttl` of a mark
+            # (pi#1570, tghamm/Anthropic.SDK#165), in its loc form "system.0.cache_control.ttl:
+            # Extra inputs are not permitted", as a gateway in front of them relays it; pydantic
+            # servers say the same of the `ttl` in their `detail` list.
+            re.compile(r"cache_control\W{1,6}ttl\W{0,24}(?:msg\W{0,6})?Extra inputs are not perm"),
+            # Bedrock, for a model that is not Anthropic's: "Extended TTL prompt caching is only
+            # supported for Anthropic models" (pi#1570).
+            re.compile(r"Extended TTL prompt caching is only supported for"),
+        ),
+        has_ttl_marks,
+    ),
+    RequestRule(
+        "cache_control",
+        "dropped",
+        VALIDATION,
+        (
+            # Groq and Cerebras: "'messages.0' : for 'role:system' the following must be
+            # satisfied[('messages.0' : property 'cache_control' is unsupported)]"
+            # (alma-releases#59).
+            re.compile(r"property 'cache_control' is unsupported"),
+            # pydantic with extra fields forbidden (a FastAPI gateway, mistral-common behind
+            # vLLM, Anthropic's own validator relayed): "messages.0.content.0.text.
+            # cache_control: Extra inputs are not permitted" (Mirascope#618, new-api#5982).
+            re.compile(r"cache_control\W{0,24}(?:msg\W{0,6})?Extra inputs are not permitted"),
+            # DeepSeek, for the system message as parts that a mark needs: "Failed to
+            # deserialize the JSON body into the target type: messages[0]: invalid type:
+            # sequence, expected a string" (litellm#6642); Groq: "'messages.0' : for
+            # 'role:system' the following must be satisfied[('messages.0.content' : value must
+            # be a string)]" (OpenHands#4643). Only when the message it names is marked parts.
+            re.compile(
+                r"messages\[(?P<at>\d+)\](?:\.content)?: invalid type: sequence, expected a str"
+            ),
+            re.compile(r"'messages\.(?P<at>\d+)\.content' : value must be a string"),
+        ),
+        has_marks,
+        named=marked_parts_at,
+    ),
+    RequestRule(
         "tool_content",
         "string",
         BAD_REQUEST,
@@ -400,6 +443,6 @@ def rule_for(status: int, error: str, request: Request) -> RequestRule | None:
     """The rule a refusal of `request` calls for, if any (doctor asks this too)."""
     messages = error_messages(error)
     for rule in REQUEST_RULES:
-        if status in rule.statuses and rule.carries(request) and rule.says(messages):
+        if status in rule.statuses and rule.carries(request) and rule.says(messages, request):
             return rule
     return None

@@ -8,7 +8,9 @@ what in its error body. Each `RefusalRule` reads one kind of such refusal: what 
 `adjust`), and how a later request goes without it up front (`adjust`, on the rules the request
 phase reads). The rules are table entries (`RULES`): the top-level parameters
 (parameter_fallback.py) and every request rule (refusal_rules.py); a new refusal is one more
-entry, and the seam below stays as it is.
+entry, and the seam below stays as it is. A part no repair can stand in for (a PDF a text model
+refuses: refused_parts.py) is learned the same way but never sent again: its refusal stands,
+and the server answers the next request carrying one at once (`Recalled.refused_part`).
 
 `RefusalLearning` sits between the app and the transport: the app hands it the request once
 (`send`), and it sends it, reads a refusal (bounded), and sends it once more without what was
@@ -37,6 +39,7 @@ from proxy.learning.parameter_fallback import PARAMETERS
 from proxy.learning.refusal_memory import RefusalMemory, key_name, open_memory
 from proxy.learning.refusal_reading import read_refusal, resent
 from proxy.learning.refusal_rules import REQUEST_RULES, TOKEN_LIMIT_RULES
+from proxy.learning.refused_parts import REFUSED_PARTS, RefusedPart
 from proxy.repair.rules import RouteRules
 from proxy.settings.schema import Settings
 from proxy.store.protocol import Store
@@ -88,11 +91,13 @@ RULES: tuple[RefusalRule, ...] = (
     *TOKEN_LIMIT_RULES,
     PARAMETERS,
     *REQUEST_RULES,
+    *REFUSED_PARTS,
     TEMPLATE_OPENS_THINK,
 )
 """Every refusal learned, in the order their detection is tried (the first that names
 something in the request is the one acted on): the completion budget's first (a text naming
-`max_tokens` too large must lower it, never drop it); last, the rule an answer teaches
+`max_tokens` too large must lower it, never drop it); the parts no repair stands in for
+(refused_parts.py) after every rule that sends again; last, the rule an answer teaches
 (answer_rules.py), which no refusal calls for."""
 
 
@@ -122,6 +127,14 @@ class Recalled:
         for rule, keys in self.keys:
             rules = rule.adjust(rules, keys)
         return rules
+
+    @property
+    def refused_part(self) -> RefusedPart | None:
+        """A part this upstream refused before for the model, which the request carries: the
+        request is answered at once (refused_parts.py)."""
+        if not self.keys:
+            return None
+        return next((rule for rule, _ in self.keys if isinstance(rule, RefusedPart)), None)
 
 
 NOTHING = Recalled()
@@ -178,7 +191,9 @@ class RefusalLearning:
         more at most: when the upstream refused it for something a rule the route learns
         reads, the request goes without it (`body` edited in place, or built again by
         `rebuild`) and that answer is the one returned, whatever it is. Any other answer, and a
-        refusal whose rule changes nothing in the request, is returned as it came."""
+        refusal whose rule changes nothing in the request, is returned as it came; so is the
+        refusal of a part no repair stands in for (refused_parts.py), remembered, with what
+        was learned."""
         response = await dispatch(outgoing)
         if not isinstance(response, httpx.Response) or response.status_code not in self._statuses:
             return response, None
@@ -195,6 +210,9 @@ class RefusalLearning:
                 break
         else:
             return response, None
+        if isinstance(rule, RefusedPart):  # nothing to send without it: the refusal stands
+            self.memory.remember(identity, body.get("model"), keys, status)
+            return response, Learned(rule, status, keys, self.memory.ttl_seconds)
         if rule.apply(body, keys):
             again = body
         elif rebuild is None:

@@ -33,6 +33,10 @@ class RequestRule:
     carries: Callable[[Request], bool]
     """Whether the request holds what the rule changes: without it the refusal is not this
     one's, and a request without it has nothing to look up."""
+    named: Callable[[Request, int], bool] | None = None
+    """For a text that names the message it refuses (a pattern's group `at`, its index):
+    whether that message holds what the rule changes. A text naming another message is not
+    this rule's refusal (it may be the next rule's)."""
 
     @property
     def remembers(self) -> bool:
@@ -60,11 +64,23 @@ class RequestRule:
         """Whether the route left the key "auto" and does not apply this value already."""
         return self.key in rules.learnable and _value(rules, self.key) != self.value
 
-    def says(self, messages: Iterable[str]) -> bool:
-        return any(pattern.search(message) for message in messages for pattern in self.said)
+    def says(self, messages: Iterable[str], request: Request) -> bool:
+        for message in messages:
+            for pattern in self.said:
+                found = pattern.search(message)
+                if found is None:
+                    continue
+                named = self.named
+                if (
+                    named is None
+                    or "at" not in pattern.groupindex
+                    or named(request, int(found["at"]))
+                ):
+                    return True
+        return False
 
     def detect(self, error: str, request: Request) -> tuple[str, ...]:
-        called = self.carries(request) and self.says(error_messages(error))
+        called = self.carries(request) and self.says(error_messages(error), request)
         return (self.memory_key,) if called else ()
 
     def apply(self, body: dict[str, Any], keys: Iterable[str]) -> bool:

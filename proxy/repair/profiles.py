@@ -60,6 +60,9 @@ SYSTEM_MESSAGES = ("as_sent", "merged")
 ASSISTANT_TOOL_CONTENTS = ("as_sent", "null", "empty")
 TOOL_CONTENTS = ("as_sent", "string")
 TOOL_CALL_IDS = ("as_sent", "nine_alnum")
+CACHE_CONTROLS = ("as_sent", "without_ttl", "dropped")
+"""How the `cache_control` marks on content parts, messages and tools go up: as sent, without
+their `ttl`, or not at all (proxy/repair/repairs/cache_control.py)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +125,10 @@ class ProviderProfile:
     them as the client wrote them."""
     parameters: tuple[ParameterRule, ...] = ()
     """Request parameters this upstream rejects or renames (ParameterRepair applies them)."""
+    cache_control: str = "as_sent"
+    """What it takes of the `cache_control` marks (one of `CACHE_CONTROLS`): OpenRouter and
+    the gateways in front of Anthropic and Gemini honour them, so they go as sent unless the
+    upstream is known to refuse them, or refuses them on the wire."""
 
     _by_place: dict[str, tuple[ReceiptRule, ...]] = field(
         init=False, repr=False, compare=False, hash=False
@@ -234,6 +241,9 @@ PROFILES: dict[str, ProviderProfile] = {
         messages=MessageRules(developer_role="system"),
         # Its 400 quotes OpenAI's pattern, `^[a-zA-Z0-9_-]+$` (the length bound is OpenAI's).
         tool_names="openai",
+        # A system message as content parts (what a cache mark needs): "messages[0]: invalid
+        # type: sequence, expected a string" (litellm#6642); it caches prefixes on its own.
+        cache_control="dropped",
     ),
     # Mistral's API takes the roles system, user, assistant and tool; call ids of exactly nine
     # alphanumerics (magentic#276, langchain#24668); content or tool_calls, "not both"
@@ -271,8 +281,15 @@ PROFILES: dict[str, ProviderProfile] = {
     ),
     # Receipts as the evidence profile takes them (these hosts were `generic` before their
     # parameter tables): only what they reject is theirs.
-    "groq": ProviderProfile("groq", **_EVIDENCE, parameters=_GROQ_PARAMETERS),
-    "cerebras": ProviderProfile("cerebras", **_EVIDENCE, parameters=_CEREBRAS_PARAMETERS),
+    # Both answer 400 "'messages.0' : for 'role:system' the following must be satisfied
+    # [('messages.0' : property 'cache_control' is unsupported)]" (alma-releases#59); Groq also
+    # takes a system message's content only as a string (OpenHands#4643).
+    "groq": ProviderProfile(
+        "groq", **_EVIDENCE, parameters=_GROQ_PARAMETERS, cache_control="dropped"
+    ),
+    "cerebras": ProviderProfile(
+        "cerebras", **_EVIDENCE, parameters=_CEREBRAS_PARAMETERS, cache_control="dropped"
+    ),
     "generic": ProviderProfile("generic", **_EVIDENCE),
 }
 

@@ -15,6 +15,7 @@ from proxy.repair.dialects.schemas import DIALECTS
 from proxy.repair.markup.rules import REASONING_FIELDS, MarkupRules
 from proxy.repair.profiles import (
     ASSISTANT_TOOL_CONTENTS,
+    CACHE_CONTROLS,
     DEVELOPER_ROLES,
     PROFILES,
     SYSTEM_MESSAGES,
@@ -38,6 +39,7 @@ LEARNABLE_KEYS = (
     "tool_names",
     *(rule.name for rule in fields(MessageRules)),
     "response_format_schema",
+    "cache_control",
     "think_opened_by_template",
     "max_tokens_limit",
     "forced_tool_choice",
@@ -123,6 +125,13 @@ class RouteRuleKeys:
     `enable_thinking`) do not (Anthropic's "Thinking may not be enabled when tool_choice forces
     tool use", through a gateway). "auto" (as sent until learned): learned from the refusal,
     whichever its words call for; a request that turns thinking off is sent as it came."""
+    cache_control: str = "auto"
+    """Anthropic's prompt-cache marks (`cache_control`, with or without a `ttl`) on content
+    parts, messages and tools, which OpenRouter and other gateways honour for Anthropic and
+    Gemini models: "as_sent"; "without_ttl" (each mark loses its `ttl`); "dropped" (every mark
+    goes, and a system message or a lone user text made parts only to carry one goes up as a
+    string again). "auto" (the profile's: deepseek, groq and cerebras "dropped", others as
+    sent): also learned from the upstream's own refusal."""
     learn_rejected_parameters: bool = True
     """When the upstream answers 400/422 naming a top-level parameter the request sent (not
     model, messages, tools, tool_choice or stream), send the request once more without it, and
@@ -150,6 +159,7 @@ class RouteRuleKeys:
             self.response_format_schema,
             ("auto", *RESPONSE_FORMAT_SCHEMAS),
         )
+        one_of("cache_control", self.cache_control, ("auto", *CACHE_CONTROLS))
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +184,8 @@ class RouteRules:
     """The most `max_tokens` / `max_completion_tokens` goes up as (0: as sent)."""
     forced_tool_choice: str = "as_sent"
     """How a forced `tool_choice` goes up (one of `FORCED_TOOL_CHOICES`)."""
+    cache_control: str = "as_sent"
+    """How the `cache_control` marks go up (one of `CACHE_CONTROLS`)."""
     learn_rejected_parameters: bool = True
     """A 400/422 naming a parameter gets one more send without it, and is remembered."""
     learnable: frozenset[str] = field(default=frozenset(LEARNABLE_KEYS), compare=False)
@@ -205,6 +217,7 @@ def resolve(keys: RouteRuleKeys, profile: ProviderProfile) -> RouteRules:
         # Neither is a host's: the upstream's refusal says them (auto: as sent).
         max_tokens_limit=keys.max_tokens_limit if isinstance(keys.max_tokens_limit, int) else 0,
         forced_tool_choice=_resolved(keys.forced_tool_choice, "as_sent"),
+        cache_control=_resolved(keys.cache_control, profile.cache_control),
         learn_rejected_parameters=keys.learn_rejected_parameters,
         learnable=frozenset(key for key in LEARNABLE_KEYS if getattr(keys, key) == "auto"),
     )

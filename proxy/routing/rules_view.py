@@ -33,6 +33,7 @@ def rules_in_force(upstream: UpstreamSettings) -> str:
         f"response_format_schema {rules.response_format_schema}",
         f"max_tokens_limit {rules.max_tokens_limit or 'as sent'}",
         f"forced_tool_choice {rules.forced_tool_choice}",
+        f"cache_control {rules.cache_control}",
         "parameters " + (", ".join(map(_parameter, rules.profile.parameters)) or "as sent"),
         "rejected parameters " + ("learned" if rules.learn_rejected_parameters else "relayed"),
         "text tool calls " + ("recognised" if rules.markup.text_tool_calls else "as sent"),

@@ -12,7 +12,10 @@ rebuild -> phase two, delivered as the upstream's answer calls for (answer_deliv
 - a stream: through the answer machine (repair/answer.py) into the door's rendering, with the
   door's heartbeat in the client's silences, the turn kept before the terminal event;
 - a whole body, or a stream answering a request that asked for one (folded into it): through
-  the same machine, as the door's one answer.
+  the same machine, as the door's one answer;
+- a refusal of a content part nothing stands in for (a PDF to a model that reads none,
+  learning/refused_parts.py): the door's own 400 naming it (a chat client gets the upstream's
+  as sent); once learned, a request carrying one is answered so before anything goes up.
 
 Every path is booked once (log line, metrics, span) with `x-streamfix-repairs`; a repaired
 answer ends with what it taught (`Exchanges.answered`). A recording's client copy gets what the
@@ -26,10 +29,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 from starlette.requests import Request
 from starlette.responses import Response
 
 from proxy.fronts.translator import Refused
+from proxy.learning.refusal_reading import read_refusal
 from proxy.repair.phases import Phases
 from proxy.repair.rules import RouteRules
 from proxy.repair.tally import Tally
@@ -40,8 +45,10 @@ from proxy.server.chat_request import model_of
 from proxy.server.delivery_mode import Mode, delivery_mode
 from proxy.server.doors.door import Arrival, Door, F, R
 from proxy.server.exchanges import Exchanges, Rebuilt, new_request_id, plain_record
+from proxy.server.record import ExchangeRecord
 from proxy.store.protocol import Store
 from proxy.wire import json_codec
+from proxy.wire.error_bodies import read_error
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +92,11 @@ class ExchangeRunner:
         record = exchanges.record(request, request_id, chat, route, started, door.name)
         if front.counts:
             _count(record.tally, front.counts)
+        refused = recalled.refused_part
+        if refused is not None:  # refused for this model before: nothing goes up
+            record.tally.count(refused.refused_kind, 1)
+            refusal = door.part_refused(front, refused, chat.get("model"), None)
+            return exchanges.failed(record, refusal)
         # Phase one: the request repairs, ending in what goes upstream.
         forwarded, changed = await self.phases.request(
             chat, recalled.applied(rules), scope, record.tally
@@ -135,6 +147,8 @@ class ExchangeRunner:
                 raw,
                 front.counts,
             )
+        if record.refused_part is not None and not door.relays_refusals:
+            return await self._part_refused(door, front, record, upstream)
         status = upstream.status_code
         head = upstream.headers
         encoding = head.get("content-encoding", "")  # an httpx lookup costs 1.5 µs: once
@@ -156,6 +170,23 @@ class ExchangeRunner:
         if delivery.mode is Mode.SSE:
             return answer.streamed(encoding, rendering)
         return await answer.whole(encoding, rendering, folded=delivery.mode is Mode.FOLD)
+
+    async def _part_refused(
+        self, door: Door[F, R], front: F, record: ExchangeRecord, upstream: httpx.Response
+    ) -> Response:
+        """The upstream just refused a content part no repair stands in for: the door's own
+        400 naming it, with the upstream's words (read within the refusal reader's bound)."""
+        assert record.refused_part is not None
+        status = upstream.status_code
+        upstream, text = await read_refusal(upstream)
+        await upstream.aclose()
+        said = read_error(text.encode()).message if text is not None else ""
+        model = front.chat.get("model")
+        answer = door.part_refused(front, record.refused_part, model, said or f"{status}")
+        if record.client_copy is not None:  # recorded like any refusal, for --replay
+            record.client_copy.sent(bytes(answer.body))
+            await record.client_copy.save()
+        return self.exchanges.failed(record, answer)
 
     async def _translated(self, door: Door[F, R], body: dict[str, Any], arrival: Arrival) -> F:
         front = await door.translate(body, arrival)

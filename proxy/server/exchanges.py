@@ -22,6 +22,7 @@ from starlette.responses import Response
 
 from proxy.learning.refusal_reading import read_refusal, resent
 from proxy.learning.refusals import Learned, RefusalLearning
+from proxy.learning.refused_parts import RefusedPart
 from proxy.repair.forwarded import Forwarded
 from proxy.repair.rules import RouteRules
 from proxy.repair.tally import Tally
@@ -260,6 +261,8 @@ class Exchanges:
                 again if rebuild is not None else None,
             )
             if learned is not None:
+                if isinstance(learned.rule, RefusedPart):
+                    record.refused_part = learned.rule
                 if rebuilt:
                     record.tally, record.forwarded = rebuilt[-1].tally, rebuilt[-1].forwarded
                     rebuilt[-1].adopt()

@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.learning.refused_parts import RefusedPart
 from proxy.repair.forwarded import Forwarded
 from proxy.repair.rules import RouteRules
 from proxy.repair.tally import Tally
@@ -40,6 +41,9 @@ class ExchangeRecord:
     door: str | None = None
     """The door the client came in at (`chat_completions`, `responses`, `messages`), None for
     a passthrough or a refusal before any door ran: `streamfix.front` on its span."""
+    refused_part: RefusedPart | None = None
+    """A content part the upstream just refused that no repair stands in for (learning/
+    refused_parts.py): the door answers the refusal in its own words."""
     client_copy: ClientCopy | None = None
     """What a recording transport handed back with the response (upstream/context.py
     `CLIENT_COPY`); delivery gives it every byte the client is sent, then saves it."""

@@ -176,7 +176,7 @@ def test_refusals_are_in_anthropics_shape() -> None:
             client.messages.create(model=model, max_tokens=10, messages=never_issued)
         assert caught.value.body["error"]["type"] == "invalid_request_error"
         assert "toolu_x" in caught.value.body["error"]["message"]
-        unknown = [{"role": "user", "content": [{"type": "document", "source": {}}]}]
+        unknown = [{"role": "user", "content": [{"type": "container_upload", "file_id": "f"}]}]
         with pytest.raises(anthropic.BadRequestError):
             client.messages.create(model=model, max_tokens=10, messages=unknown)
 

@@ -33,6 +33,7 @@ from tests.support.message_upstreams import (
     mistral_roles,
     qwen_template,
 )
+from tests.support.part_upstreams import groq_parts, ttl_refused
 from tests.support.proxies import running_proxy
 from tests.support.redis_server import RedisServer, started_redis_server
 from tests.support.refusing_upstream import (
@@ -73,6 +74,8 @@ class Case:
 
 
 OBJECT = {"type": "object", "properties": {"path": {"type": "string"}}}
+MARKED_TEXT = {"type": "text", "text": "read a.txt"}
+HOUR = {"type": "ephemeral", "ttl": "1h"}
 JSON_SCHEMA = {"type": "json_schema", "json_schema": {"name": "output", "schema": OBJECT}}
 CASES = {
     # Gemini: 'Unknown name "additionalProperties" at 'tools[0]…parameters': Cannot find field.'
@@ -172,6 +175,18 @@ CASES = {
             "tool_choice": {"type": "function", "function": {"name": "read"}},
             "reasoning_effort": "high",
         },
+    ),
+    # Groq: "… property 'cache_control' is unsupported", to a chat client marking for OpenRouter.
+    "cache_control": Case(
+        "cache_control",
+        groq_parts,
+        {"messages": [{"role": "user", "content": [{**MARKED_TEXT, "cache_control": HOUR}]}]},
+    ),
+    # Anthropic behind a gateway: "messages.0.0.cache_control.ttl: Extra inputs are not permitted".
+    "cache_control_ttl": Case(
+        "cache_control",
+        ttl_refused,
+        {"messages": [{"role": "user", "content": [{**MARKED_TEXT, "cache_control": HOUR}]}]},
     ),
 }
 

@@ -690,6 +690,12 @@ COVERED_ELSEWHERE = {
     "thinking_dropped_for_tool_choice": (
         "test_the_refusal_is_learned_after_one_resend_and_applied_up_front"
     ),
+    # Marks and PDFs need the Messages front and an upstream refusing them with its real body
+    # first (tests/support/part_upstreams.py).
+    "cache_control_dropped": "test_an_upstream_refusing_marks_gets_them_dropped_once_and_from",
+    "cache_control_ttl_dropped": "test_an_upstream_refusing_only_the_ttl_keeps_the_breakpoints",
+    "file_parts_learned": "test_an_upstream_that_refuses_file_parts_is_answered_clearly_and",
+    "file_parts_refused": "test_an_upstream_that_refuses_file_parts_is_answered_clearly_and",
     # A reused connection the upstream closed under the request needs a scripted socket.
     "upstream_retried": "test_a_get_retried_by_the_transport_is_counted_and_logged",
     # A 429 waited out needs an upstream that answers 429 first, then the answer.

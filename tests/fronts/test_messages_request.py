@@ -32,17 +32,116 @@ def refused(body: Any, headers: dict[str, str] | None = None) -> MessagesError:
     return caught.value
 
 
+EPHEMERAL = {"type": "ephemeral"}
+HOUR = {"type": "ephemeral", "ttl": "1h"}
+
+
 def test_system_string_and_blocks_become_one_system_message() -> None:
-    blocks = [
-        {"type": "text", "text": "a", "cache_control": {"type": "ephemeral"}},
-        {"type": "text", "text": "b"},
-    ]
+    blocks = [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]
     for system, expected in (("sys", "sys"), (blocks, "a\n\nb")):
         chat = translate(request(system=system, messages=[user("hi")])).body
         assert chat["messages"] == [
             {"role": "system", "content": expected},
             {"role": "user", "content": "hi"},
         ]
+
+
+def test_a_marked_system_prompt_is_text_parts_each_with_its_blocks_mark() -> None:
+    """OpenRouter's chat API takes a mark on a system message's text part; one part per block
+    keeps every breakpoint where the client put it."""
+    blocks = [
+        {"type": "text", "text": "a", "cache_control": HOUR},
+        {"type": "text", "text": "b"},
+        {"type": "text", "text": "c", "cache_control": EPHEMERAL},
+    ]
+    chat = translate(request(system=blocks, messages=[user("hi")])).body
+    assert chat["messages"][0] == {
+        "role": "system",
+        "content": [
+            {"type": "text", "text": "a", "cache_control": HOUR},
+            {"type": "text", "text": "b"},
+            {"type": "text", "text": "c", "cache_control": EPHEMERAL},
+        ],
+    }
+    inside = [user("hi"), {"role": "system", "content": blocks[:2]}]
+    assert translate(request(messages=inside)).body["messages"][1]["content"] == [
+        {"type": "text", "text": "a", "cache_control": HOUR},
+        {"type": "text", "text": "b"},
+    ]
+
+
+def test_marks_on_user_blocks_stay_on_their_parts() -> None:
+    """A lone marked text is a part (a string carries no mark); an image and a document keep
+    theirs; a mark that is not an object is no mark."""
+    lone = translate(
+        request(messages=[user([{"type": "text", "text": "q", "cache_control": HOUR}])])
+    )
+    assert lone.body["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "q", "cache_control": HOUR}]}
+    ]
+    not_a_mark = [{"type": "text", "text": "q", "cache_control": "ephemeral"}]
+    assert translate(request(messages=[user(not_a_mark)])).body["messages"] == [user("q")]
+    content = [
+        {
+            "type": "image",
+            "source": {"type": "url", "url": "https://x/y.png"},
+            "cache_control": EPHEMERAL,
+        },
+        {
+            "type": "document",
+            "source": {"type": "text", "media_type": "text/plain", "data": "d"},
+            "cache_control": HOUR,
+        },
+        {"type": "text", "text": "q"},
+    ]
+    assert translate(request(messages=[user(content)])).body["messages"][0]["content"] == [
+        {"type": "image_url", "image_url": {"url": "https://x/y.png"}, "cache_control": EPHEMERAL},
+        {"type": "text", "text": "d", "cache_control": HOUR},
+        {"type": "text", "text": "q"},
+    ]
+
+
+def test_a_marked_tool_result_marks_its_tool_message_or_its_last_media() -> None:
+    """OpenRouter's own provider marks a `tool` message beside its string content; the
+    images and documents of a result end it where they went, in the user message."""
+    call = {"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {}}
+    image = {"type": "image", "source": {"type": "url", "url": "https://x/y.png"}}
+    for content, tool_message, parts in (
+        ("hi", {"content": "hi", "cache_control": EPHEMERAL}, None),
+        (
+            [{"type": "text", "text": "see"}, image],
+            {"content": "see"},
+            [
+                {
+                    "type": "image_url",
+                    "image_url": {"url": "https://x/y.png"},
+                    "cache_control": EPHEMERAL,
+                }
+            ],
+        ),
+    ):
+        result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": content}
+        messages = [user("r"), assistant([call]), user([{**result, "cache_control": EPHEMERAL}])]
+        sent = translate(request(messages=messages)).body["messages"][2:]
+        assert sent[0] == {"role": "tool", "tool_call_id": "toolu_1", **tool_message}
+        assert (sent[1]["content"] if parts else None) == parts
+
+
+def test_an_assistant_turns_last_mark_marks_its_message() -> None:
+    turn = [
+        {"type": "text", "text": "ok", "cache_control": HOUR},
+        {
+            "type": "tool_use",
+            "id": "toolu_1",
+            "name": "Read",
+            "input": {},
+            "cache_control": EPHEMERAL,
+        },
+    ]
+    sent = translate(request(messages=[user("r"), assistant(turn)])).body["messages"][1]
+    assert sent["content"] == "ok" and sent["cache_control"] == EPHEMERAL
+    plain = translate(request(messages=[user("r"), assistant("ok")])).body["messages"][1]
+    assert plain == {"role": "assistant", "content": "ok"}
 
 
 def test_a_system_message_inside_messages_stays_in_place() -> None:
@@ -129,8 +228,8 @@ def test_a_tool_result_for_an_id_never_issued_is_refused() -> None:
 
 
 def test_an_unknown_block_type_is_refused() -> None:
-    error = refused(request(messages=[user([{"type": "document", "source": {}}])]))
-    assert "document" in error.body["error"]["message"]
+    error = refused(request(messages=[user([{"type": "container_upload", "file_id": "f"}])]))
+    assert "container_upload" in error.body["error"]["message"]
     error = refused(request(messages=[assistant([{"type": "server_tool_use", "id": "x"}])]))
     assert "server_tool_use" in error.body["error"]["message"]
 
@@ -154,6 +253,7 @@ def test_tools_and_tool_choice() -> None:
         {
             "type": "function",
             "function": {"name": "Bash", "description": "run", "parameters": {"type": "object"}},
+            "cache_control": {"type": "ephemeral"},  # where OpenRouter's tool caching reads it
         }
     ]
     cases = {
@@ -289,19 +389,179 @@ def test_thinking_signature_read_back_or_dropped() -> None:
     assert translate(request(messages=redacted)).counts == {"thinking_signature_dropped": 1}
 
 
+FIXTURES = Path(__file__).parent / "fixtures"
+CLAUDE_CODE_BETAS = (
+    "claude-code-20250219,interleaved-thinking-2025-05-14,context-management-2025-06-27,"
+    "mid-conversation-tool-changes-2026-07-01,thinking-token-count-2026-05-13,"
+    "advanced-tool-use-2025-11-20,effort-2025-11-24,thinking-display-updates-2026-08-18"
+)
+
+
+def without_marks(value: Any) -> Any:
+    """`value` with every `cache_control` taken out, at any depth."""
+    if isinstance(value, dict):
+        return {k: without_marks(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [without_marks(item) for item in value]
+    return value
+
+
+def claude_code_request() -> dict[str, Any]:
+    return json.loads((FIXTURES / "claude_code_request.json").read_text())
+
+
 def test_golden_a_claude_code_request() -> None:
     """A request shaped as Claude Code 2.1.332 sends it (shared/MESSAGES.md): system blocks with
     cache_control, a system message inside messages, adaptive thinking with output_config's
     effort, context_management, a thinking block signed by Anthropic (foreign here), a tool_use /
     tool_result pair with cache_control, schemas with $schema and exclusiveMinimum (the route's
-    schema rules deal with those later, as for a chat client), a deferred placeholder tool."""
-    fixtures = Path(__file__).parent / "fixtures"
-    given = json.loads((fixtures / "claude_code_request.json").read_text())
-    betas = (
-        "claude-code-20250219,interleaved-thinking-2025-05-14,context-management-2025-06-27,"
-        "mid-conversation-tool-changes-2026-07-01,thinking-token-count-2026-05-13,"
-        "advanced-tool-use-2025-11-20,effort-2025-11-24,thinking-display-updates-2026-08-18"
-    )
-    translated = translate(given, {"anthropic-beta": betas})
-    assert translated.body == json.loads((fixtures / "claude_code_chat.json").read_text())
+    schema rules deal with those later, as for a chat client), a deferred placeholder tool. The
+    marks go where OpenRouter reads them: the system prompt as one text part per block, the
+    tool result's on its `tool` message; the rest is what the request without them becomes."""
+    translated = translate(claude_code_request(), {"anthropic-beta": CLAUDE_CODE_BETAS})
+    expected = json.loads((FIXTURES / "claude_code_chat.json").read_text())
+    expected["messages"][0]["content"] = [
+        {"type": "text", "text": "Claude Code, headless."},
+        {
+            "type": "text",
+            "text": "You are Claude Code, Anthropic's official CLI for Claude.",
+            "cache_control": {"type": "ephemeral"},
+        },
+        {
+            "type": "text",
+            "text": "You are an interactive agent that helps users with software engineering "
+            "tasks.",
+            "cache_control": {"type": "ephemeral"},
+        },
+    ]
+    expected["messages"][4]["cache_control"] = {"type": "ephemeral"}
+    assert translated.body == expected
     assert translated.counts == {"thinking_signature_dropped": 1, "messages_field_ignored": 1}
+
+
+def test_without_marks_the_claude_code_request_becomes_what_it_always_did() -> None:
+    """The fixture is the chat request this translation made before marks were carried: a
+    request without them goes up byte for byte as it did."""
+    unmarked = without_marks(claude_code_request())
+    translated = translate(unmarked, {"anthropic-beta": CLAUDE_CODE_BETAS})
+    assert json.dumps(translated.body) == json.dumps(
+        json.loads((FIXTURES / "claude_code_chat.json").read_text())
+    )
+
+
+PDF_DATA = "JVBERi0xLjQK"  # "%PDF-1.4\n"
+
+
+def pdf(**fields: Any) -> dict[str, Any]:
+    source = {"type": "base64", "media_type": "application/pdf", "data": PDF_DATA}
+    return {"type": "document", "source": source, **fields}
+
+
+def test_a_pdf_is_a_chat_file_part_named_by_its_title() -> None:
+    """OpenAI's chat file part, which OpenRouter takes for every model; the block's place is
+    kept to name it should the upstream refuse the part."""
+    translated = translate(request(messages=[user([pdf(), {"type": "text", "text": "sum up"}])]))
+    assert translated.body["messages"] == [
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "file",
+                    "file": {
+                        "filename": "document.pdf",
+                        "file_data": f"data:application/pdf;base64,{PDF_DATA}",
+                    },
+                },
+                {"type": "text", "text": "sum up"},
+            ],
+        }
+    ]
+    assert translated.documents == ["messages.0.content.0"]
+    titled = pdf(title="report.pdf", context="Q3 figures", cache_control=EPHEMERAL)
+    parts = translate(request(messages=[user([titled])])).body["messages"][0]["content"]
+    assert parts == [
+        {"type": "text", "text": "report.pdf\nQ3 figures"},
+        {
+            "type": "file",
+            "file": {
+                "filename": "report.pdf",
+                "file_data": f"data:application/pdf;base64,{PDF_DATA}",
+            },
+            "cache_control": EPHEMERAL,
+        },
+    ]
+
+
+def test_each_document_source_becomes_its_parts() -> None:
+    url = {"type": "document", "source": {"type": "url", "url": "https://x/a.pdf"}}
+    text = {
+        "type": "document",
+        "source": {"type": "text", "media_type": "text/plain", "data": "plain words"},
+        "title": "notes",
+        "citations": {"enabled": True},
+    }
+    image = {"type": "image", "source": {"type": "url", "url": "https://x/p.png"}}
+    content = {
+        "type": "document",
+        "source": {"type": "content", "content": [{"type": "text", "text": "one"}, image]},
+    }
+    said = {"type": "document", "source": {"type": "content", "content": "two"}}
+    translated = translate(request(messages=[user([url, text, content, said])]))
+    assert translated.body["messages"][0]["content"] == [
+        {"type": "file", "file": {"filename": "document.pdf", "file_data": "https://x/a.pdf"}},
+        {"type": "text", "text": "notes"},
+        {"type": "text", "text": "plain words"},
+        {"type": "text", "text": "one"},
+        {"type": "image_url", "image_url": {"url": "https://x/p.png"}},
+        {"type": "text", "text": "two"},
+    ]
+    assert translated.documents == ["messages.0.content.0"]
+    # The answer carries no citations: enabled ones are counted as ignored.
+    assert translated.counts == {"messages_field_ignored": 1}
+
+
+def test_documents_the_proxy_cannot_send_are_refused_naming_why() -> None:
+    files_api = {"type": "document", "source": {"type": "file", "file_id": "file_011"}}
+    assert "Files API" in refused(request(messages=[user([files_api])])).body["error"]["message"]
+    word = pdf()
+    word["source"]["media_type"] = "application/msword"
+    error = refused(request(messages=[user([word])])).body["error"]["message"]
+    assert error.startswith("messages.0.content.0.source.media_type: Input should be")
+    unknown = {"type": "document", "source": {"type": "s3", "key": "k"}}
+    assert (
+        "base64, url, text or content"
+        in refused(request(messages=[user([unknown])])).body["error"]["message"]
+    )
+
+
+def test_claude_codes_read_of_a_pdf_follows_its_tool_result_as_a_user_part() -> None:
+    """Claude Code's Read tool answers a PDF as a document block inside the tool_result; a chat
+    `tool` message takes text only (OpenAI's schema, OpenRouter's), so the file follows in the
+    user message, as an image in a result does, and the result's mark ends it there."""
+    call = {"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {"file_path": "a.pdf"}}
+    result = {
+        "type": "tool_result",
+        "tool_use_id": "toolu_1",
+        "content": [pdf()],
+        "cache_control": EPHEMERAL,
+    }
+    translated = translate(
+        request(messages=[user("read a.pdf"), assistant([call]), user([result])])
+    )
+    assert translated.body["messages"][2:] == [
+        {"role": "tool", "tool_call_id": "toolu_1", "content": ""},
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "file",
+                    "file": {
+                        "filename": "document.pdf",
+                        "file_data": f"data:application/pdf;base64,{PDF_DATA}",
+                    },
+                    "cache_control": EPHEMERAL,
+                }
+            ],
+        },
+    ]
+    assert translated.documents == ["messages.2.content.0.content.0"]

@@ -28,6 +28,17 @@ FORCED = {
     "tool_choice": {"type": "function", "function": {"name": "StructuredOutput"}},
     "reasoning_effort": "high",
 }
+MARKED = {
+    "messages": [
+        {
+            "role": "system",
+            "content": [
+                {"type": "text", "text": "x", "cache_control": {"type": "ephemeral", "ttl": "1h"}}
+            ],
+        },
+        {"role": "user", "content": "y"},
+    ]
+}
 
 # The issue's and the reports' own words, each with the rule it calls for.
 TEXTS: list[tuple[str, dict[str, Any], str, str]] = [
@@ -117,6 +128,45 @@ TEXTS: list[tuple[str, dict[str, Any], str, str]] = [
         FORCED,
         "forced_tool_choice",
         "without_thinking",
+    ),
+    (
+        "'messages.0' : for 'role:system' the following must be satisfied[('messages.0' : "
+        "property 'cache_control' is unsupported)]",
+        MARKED,
+        "cache_control",
+        "dropped",
+    ),
+    (
+        "messages.0.content.0.text.cache_control: Extra inputs are not permitted",
+        MARKED,
+        "cache_control",
+        "dropped",
+    ),
+    (
+        "Failed to deserialize the JSON body into the target type: messages[0]: invalid type: "
+        "sequence, expected a string at line 1 column 42",
+        MARKED,
+        "cache_control",
+        "dropped",
+    ),
+    (
+        "'messages.0' : for 'role:system' the following must be satisfied[('messages.0.content' "
+        ": value must be a string)]",
+        MARKED,
+        "cache_control",
+        "dropped",
+    ),
+    (
+        "system.0.cache_control.ttl: Extra inputs are not permitted",
+        MARKED,
+        "cache_control",
+        "without_ttl",
+    ),
+    (
+        "Extended TTL prompt caching is only supported for Anthropic models",
+        MARKED,
+        "cache_control",
+        "without_ttl",
     ),
 ]
 
@@ -249,3 +299,54 @@ def test_a_forced_choice_refused_calls_for_nothing_when_nothing_forces_or_thinki
     allowed = {"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": []}}
     assert unforced.carries({**FORCED, "tool_choice": allowed})
     assert not unforced.carries({**FORCED, "tool_choice": {**allowed, "allowed_tools": {}}})
+
+
+def test_a_text_that_names_a_message_calls_for_the_marks_only_when_that_one_is_marked() -> None:
+    """DeepSeek's and Groq's words for content parts where a string goes name the message: a
+    marked system prompt's is the marks' to drop; a tool result the client sent as parts is
+    the tool content rule's, as before marks were carried."""
+    call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    parts = [{"type": "text", "text": "sunny"}]
+    request = {
+        "messages": [
+            *MARKED["messages"],
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c", "content": parts},
+        ]
+    }
+    serde = (
+        "Failed to deserialize the JSON body into the target type: messages[{}]: invalid "
+        "type: sequence, expected a string at line 1 column 9"
+    )
+    groq = (
+        "'messages.{0}' : for 'role:system' the following must be satisfied"
+        "[('messages.{0}.content' : value must be a string)]"
+    )
+    for text in (serde, groq):
+        marks = rule_for(400, openai(text.format(0)), request)
+        assert marks is not None and (marks.key, marks.value) == ("cache_control", "dropped")
+    tool = rule_for(400, openai(serde.format(3)), request)
+    assert tool is not None and tool.key == "tool_content"
+    assert rule_for(400, openai(groq.format(3)), request) is None
+    unmarked = {
+        "messages": [{"role": "system", "content": parts}, {"role": "user", "content": "y"}]
+    }
+    assert rule_for(400, serde.format(0), unmarked) is None
+
+
+def test_a_ttl_refusal_needs_a_ttl_and_a_mark_refusal_any_mark() -> None:
+    no_ttl = orjson.loads(orjson.dumps(MARKED))
+    del no_ttl["messages"][0]["content"][0]["cache_control"]["ttl"]
+    assert (
+        rule_for(400, "system.0.cache_control.ttl: Extra inputs are not permitted", no_ttl) is None
+    )
+    detail = {
+        "type": "extra_forbidden",
+        "loc": ["body", "messages", 0, "content", 0, "cache_control", "ttl"],
+        "msg": "Extra inputs are not permitted",
+    }
+    ttl = rule_for(422, orjson.dumps({"detail": [detail]}).decode(), MARKED)
+    assert ttl is not None and ttl.value == "without_ttl"
+    whole = {**detail, "loc": detail["loc"][:-1]}
+    dropped = rule_for(422, orjson.dumps({"detail": [whole]}).decode(), no_ttl)
+    assert dropped is not None and dropped.value == "dropped"

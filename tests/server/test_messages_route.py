@@ -184,7 +184,17 @@ def test_the_forwarded_chat_request() -> None:
         sent = fake.requests[-1]
         assert sent.path.endswith("/chat/completions")
         chat = sent.json
-        assert chat["messages"][0] == {"role": "system", "content": "You are Claude Code."}
+        # The mark goes where OpenRouter reads it: on the system prompt's text part.
+        assert chat["messages"][0] == {
+            "role": "system",
+            "content": [
+                {
+                    "type": "text",
+                    "text": "You are Claude Code.",
+                    "cache_control": {"type": "ephemeral"},
+                }
+            ],
+        }
         assert chat["reasoning_effort"] == "high"
         assert chat["user"] == "user_1"
         assert chat["stream_options"] == {"include_usage": True}

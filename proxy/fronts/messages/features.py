@@ -34,6 +34,7 @@ BETA_IGNORED = (
     "token-counting-",
     "message-batches-",
     "oauth-",
+    "pdfs-",
 )
 BETA_REFUSED = (
     "computer-use-",

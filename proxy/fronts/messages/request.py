@@ -21,7 +21,7 @@ from proxy.fronts.messages.anthropic_errors import (
     error_body,
     error_type,
 )
-from proxy.fronts.messages.conversation import chat_messages, system_text
+from proxy.fronts.messages.conversation import chat_messages, system_content
 from proxy.fronts.messages.features import (
     BETA_IGNORED,
     BETA_REFUSED,
@@ -79,7 +79,7 @@ def translate(
     out = Translated({"model": model}, stream, model)
     check_betas(headers or {}, out)
     messages: list[dict[str, Any]] = []
-    system = system_text(body.get("system"), "system")
+    system = system_content(body.get("system"), "system")
     if system:
         messages.append({"role": "system", "content": system})
     chat_messages(body["messages"], messages, out, read_token)

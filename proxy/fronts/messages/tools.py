@@ -1,7 +1,8 @@
 """A Messages request's `tools` and `tool_choice` -> chat's: client tools as functions
 (Anthropic's own tool types refused, each saying why: anthropic_tools.py), `tool_choice`
 `auto` / `any` / `tool` / `none` as chat's `auto` / `required` / a named function / `none`,
-`disable_parallel_tool_use` as `parallel_tool_calls: false`."""
+`disable_parallel_tool_use` as `parallel_tool_calls: false`. A tool's `cache_control` goes on its
+chat tool, beside `function`, where OpenRouter reads it (cache_marks.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 from proxy.fronts.messages.anthropic_errors import MessagesError, string_at
 from proxy.fronts.messages.anthropic_tools import refusal
+from proxy.fronts.messages.cache_marks import mark_of, marked
 from proxy.fronts.quoted import quoted
 
 TOOL_CHOICES = {"auto": "auto", "any": "required", "none": "none"}
@@ -53,4 +55,4 @@ def _tool(tool: Any, where: str) -> dict[str, Any]:
     if not isinstance(schema, dict):
         raise MessagesError(f"{where}.input_schema: Field required")
     function["parameters"] = schema
-    return {"type": "function", "function": function}
+    return marked({"type": "function", "function": function}, mark_of(tool))

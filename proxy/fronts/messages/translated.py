@@ -1,6 +1,6 @@
 """What a Messages request's translation hands on: the chat request, and what it decided on
 the way (counts, the receipt keys thinking signatures carried, the stop sequences a
-`stop_sequence` stop may name)."""
+`stop_sequence` stop may name, where its PDFs went)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,9 @@ class Translated:
     """Chat message position -> the receipt key its thinking block's signature carried."""
     stop_sequences: list[str] = field(default_factory=list)
     """What `stop_reason: "stop_sequence"` may name."""
+    documents: list[str] = field(default_factory=list)
+    """Where each `document` block sent as a chat `file` part is (`messages.0.content.1`), to
+    name it should the upstream refuse the part."""
 
     def count(self, kind: str, amount: int = 1) -> None:
         if amount:

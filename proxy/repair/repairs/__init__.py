@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from proxy.repair.forwarded import Forwarded
 from proxy.repair.markup.families import FAMILIES
 from proxy.repair.pipeline import Link
+from proxy.repair.repairs.cache_control import CacheControlDropped
 from proxy.repair.repairs.call_ids import ReusedCallIdRepair
 from proxy.repair.repairs.content_parts import ContentPartsRepair
 from proxy.repair.repairs.finish_reason import FinishReasonRepair
@@ -76,6 +77,10 @@ def request_repairs(options: ChainOptions, store: Store) -> list[RequestRepair]:
        ForcedToolChoiceRepair unforces a forced tool choice, or leaves out the thinking
        parameters beside it, after ParameterRepair (a thinking parameter the upstream refused
        is gone by then) and before ToolNamesRenamed (which renames a named choice left).
+       there, and then there is nothing to downgrade); CacheControlDropped takes off the
+       prompt-cache marks (or their `ttl`) an upstream refuses, after ResponseFormatDowngraded,
+       whose instruction joins a marked system message as one more part and so becomes part
+       of the one string the marks' removal makes of it.
     3. The receipt repairs (receipts.py says each one's job), in their own order: ReceiptLookup
        (the one store read), ForeignMetadataStripped, ReceiptsRestored,
        CurrentTurnPlaceholders, MissingReceiptsCounted. They read the history by the client's
@@ -98,6 +103,7 @@ def request_repairs(options: ChainOptions, store: Store) -> list[RequestRepair]:
         ResponseFormatDowngraded(),
         MaxTokensClamped(),
         ForcedToolChoiceRepair(),
+        CacheControlDropped(),
         ToolNamesRenamed(),
         ReceiptLookup(store),
         ForeignMetadataStripped(),

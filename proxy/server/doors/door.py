@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from proxy.fronts.turns import TurnStore
+from proxy.learning.refused_parts import RefusedPart
 from proxy.repair.answer_ends import Aborted, End, UpstreamError, Whole
 from proxy.repair.rendering import Rendering
 from proxy.repair.tenancy import ReceiptScope
@@ -118,6 +119,15 @@ class Door(ABC, Generic[F, R]):
     @abstractmethod
     def upstream_refusal(self, status: int, body: bytes) -> Response:
         """An upstream's error body (as much as was read), in the door's shape."""
+
+    def part_refused(
+        self, front: F, part: RefusedPart, model: object, said: str | None
+    ) -> Response:
+        """A 400 for a content part this upstream refuses for `model` (learning/
+        refused_parts.py): where the request holds it, the upstream's words when it just said
+        so (`said`; None when it said so before and nothing went up), and what to do."""
+        message = part.message(part.places(front.chat), model, said)
+        return self.error(400, message, part.refused_kind)
 
     @abstractmethod
     def rendering(

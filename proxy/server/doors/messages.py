@@ -20,6 +20,7 @@ from starlette.responses import Response
 from proxy.fronts.messages import events as message_events
 from proxy.fronts.messages.request import Translated, error_body, translate
 from proxy.fronts.turns import restore_turns
+from proxy.learning.refused_parts import RefusedPart
 from proxy.server.doors.door import Arrival
 from proxy.server.doors.translated import TranslatedDoor
 from proxy.upstream.headers import RawHeaders
@@ -66,6 +67,14 @@ class MessagesDoor(TranslatedDoor[Translated, message_events.MessageEvents]):
 
     def upstream_refusal(self, status: int, body: bytes) -> Response:
         return self.error(status, _said(body), "")
+
+    def part_refused(
+        self, front: Translated, part: RefusedPart, model: object, said: str | None
+    ) -> Response:
+        """The `document` blocks the refused `file` parts came from, by their places in the
+        client's request (`messages.0.content.1`)."""
+        message = part.message(front.documents, model, said, block="a `document` block (a PDF)")
+        return self.error(400, message, part.refused_kind)
 
     async def translate(self, body: dict[str, Any], arrival: Arrival) -> Translated:
         """The chat request, and the receipts of every turn whose thinking signature names
