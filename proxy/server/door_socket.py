@@ -19,6 +19,7 @@ What is the socket's own:
   the connection: Codex then sends only the new items, and the request goes on with the last
   request's input and the items the last response returned in front of them, which is what
   Codex would have sent over HTTP;
+- Codex's prewarm (`generate: false`) is answered empty without the upstream;
 - a client that closes the socket ends the upstream request at once (the exchange's
   `http.disconnect`);
 - one response at a time: a message that arrives while one runs waits (at most
@@ -160,6 +161,9 @@ class DoorSocket:
             await self._send(_error(400, said, "invalid_request"))
             return
         body = self._request(message)
+        if body.get("generate") is False:
+            await self._warmed(body)
+            return
         response = await self.runner.run(self.door, self._exchange(json_codec.dumps(body)))
         await self._relay(response, body)
 
@@ -244,6 +248,22 @@ class DoorSocket:
             await self._send(_error_frame(status, bytes(whole), head))
             return
         self.last = LastResponse(created, _items(body.get("input")), output)
+
+    async def _warmed(self, body: dict[str, Any]) -> None:
+        """Codex's prewarm (`generate: false`, its first message on a socket) asks for no
+        answer, only the response it may name next: created and completed empty, as OpenAI's
+        socket answers it, and nothing goes upstream (it would be a whole request)."""
+        response = {
+            "id": f"resp_{new_request_id()[:24]}",
+            "object": "response",
+            "status": "completed",
+            "model": body.get("model"),
+            "output": [],
+        }
+        for number, kind in enumerate(("response.created", "response.completed")):
+            frame = {"type": kind, "sequence_number": number, "response": response}
+            await self._send(json_codec.dumps(frame).decode())
+        self.last = LastResponse(response["id"], _items(body.get("input")), [])
 
     def _disconnect_receiver(self) -> Callable[[], Any]:
         gone = self.gone

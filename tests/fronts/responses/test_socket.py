@@ -14,6 +14,9 @@ import pytest
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
+from proxy.server.door_socket import DoorSocket
+from tests.fronts.responses.codex import run_codex
+from tests.fronts.responses.test_codex import SCRIPT, assert_two_turns
 from tests.support.fake_upstream import (
     GEMINI_SIGNATURE_MESSAGE,
     FakeUpstream,
@@ -21,8 +24,10 @@ from tests.support.fake_upstream import (
     running_fake_upstream,
 )
 from tests.support.proxies import running_proxy
+from tests.support.signature_flows import MODEL, gemini_behind_proxy
 from tests.support.waiting import wait_until
 
+SOCKET = "model_providers.sf.supports_websockets=true"
 TEXT = "openai_text_usage_only_last_chunk"
 CALLS = "gemini_indexless_fragmented_single"
 SEARCH = {
@@ -180,3 +185,37 @@ def test_unknown_messages_are_refused_and_acknowledgements_ignored() -> None:
         ws.send("not json")
         assert json.loads(ws.recv(timeout=20))["error"]["code"] == "invalid_json"
     assert fake.requests == []
+
+
+def test_codex_s_prewarm_is_answered_without_the_upstream() -> None:
+    with socket_stack() as (fake, url), connect(url) as ws:
+        create(ws, model=TEXT, generate=False)
+        warm = completed(events_until_done(ws))
+        assert (warm["status"], warm["output"]) == ("completed", [])
+        create(ws, model=TEXT, previous_response_id=warm["id"], input=[])
+        assert completed(events_until_done(ws))["status"] == "completed"
+    assert len(fake.requests) == 1
+    assert [m["content"] for m in fake.requests[0].json["messages"]] == ["go"]
+
+
+def test_codex_over_the_socket_runs_a_shell_command_on_gemini(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Codex CLI itself, offline, with `supports_websockets = true`: its prewarm, the turn, and
+    the follow-up naming the turn (only the command's output sent) on the socket."""
+    messages: list[dict[str, Any]] = []
+    request = DoorSocket._request
+
+    def seen(socket: DoorSocket, message: dict[str, Any]) -> dict[str, Any]:
+        messages.append(message)
+        return request(socket, message)
+
+    monkeypatch.setattr(DoorSocket, "_request", seen)
+    with gemini_behind_proxy(list(SCRIPT)) as (fake, _, proxy):
+        events = run_codex(proxy, MODEL, "run the echo command", config=(SOCKET,))
+        assert_two_turns(events, fake)
+        assert len(fake.requests) == 2  # the prewarm did not go upstream
+    assert [m.get("generate") for m in messages] == [False, None, None]
+    follow_up = messages[-1]
+    assert follow_up["previous_response_id"]
+    assert [i["type"] for i in follow_up["input"]] == ["function_call_output"]
