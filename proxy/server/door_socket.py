@@ -253,8 +253,9 @@ class DoorSocket:
         """Codex's prewarm (`generate: false`, its first message on a socket) asks for no
         answer, only the response it may name next: created and completed empty, as OpenAI's
         socket answers it, and nothing goes upstream (it would be a whole request)."""
-        response = {
-            "id": f"resp_{new_request_id()[:24]}",
+        response_id = f"resp_{new_request_id()[:24]}"
+        response: dict[str, Any] = {
+            "id": response_id,
             "object": "response",
             "status": "completed",
             "model": body.get("model"),
@@ -263,7 +264,7 @@ class DoorSocket:
         for number, kind in enumerate(("response.created", "response.completed")):
             frame = {"type": kind, "sequence_number": number, "response": response}
             await self._send(json_codec.dumps(frame).decode())
-        self.last = LastResponse(response["id"], _items(body.get("input")), [])
+        self.last = LastResponse(response_id, _items(body.get("input")), [])
 
     def _disconnect_receiver(self) -> Callable[[], Any]:
         gone = self.gone
