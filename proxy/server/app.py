@@ -13,7 +13,8 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket
 
 from proxy.learning.refusals import open_learning
 from proxy.repair.phases import Phases
@@ -24,10 +25,11 @@ from proxy.server.body_limits import BodyBudget
 from proxy.server.chat_request import model_of
 from proxy.server.count_tokens import count_tokens
 from proxy.server.delivery import relay
+from proxy.server.door_socket import serve_door_socket
 from proxy.server.doors import DOORS
 from proxy.server.doors.chat import CHAT
 from proxy.server.doors.door import Door
-from proxy.server.doors.responses import not_offered
+from proxy.server.doors.responses import RESPONSES, not_offered
 from proxy.server.errors import ClientError
 from proxy.server.exchange_runner import ExchangeRunner
 from proxy.server.exchanges import Exchanges, after_first_segment, new_request_id, plain_record
@@ -150,6 +152,14 @@ class Proxy:
 
         return endpoint
 
+    def door_socket(self, door: Door[Any, Any]) -> Callable[[WebSocket], Awaitable[None]]:
+        """The door over a WebSocket (door_socket.py), on the same runner."""
+
+        async def endpoint(websocket: WebSocket) -> None:
+            await serve_door_socket(self.runner, door, websocket)
+
+        return endpoint
+
     async def count_tokens(self, request: Request) -> Response:
         return await count_tokens(self.exchanges, self.router, request)
 
@@ -192,6 +202,8 @@ def create_app(
             for door in DOORS
             if door is not CHAT
         ),
+        # Codex's Responses transport when its provider says `supports_websockets = true`.
+        WebSocketRoute(RESPONSES.path, proxy.door_socket(RESPONSES)),
         Route("/v1/responses/{rest:path}", not_offered),
         Route("/v1/messages/count_tokens", proxy.count_tokens, methods=["POST"]),
         Route(

@@ -52,6 +52,8 @@ def uvicorn_config(app: Any, server: ServerSettings, log_level: str, **extra: An
         # uvicorn's 2048 dropped part of a burst of connections that the kernel would have
         # queued (each dropped one retried a second or more later).
         "backlog": server.backlog,
+        # A WebSocket message is a request body (the Responses door's socket): no larger.
+        "ws_max_size": server.max_request_bytes,
         # Not uvicorn's limit_concurrency: it counts connections too, but only refuses their
         # requests (in plain text), so idle connections past it would still be held.
     }
