@@ -8,7 +8,7 @@ from collections.abc import Iterable
 
 from proxy.settings.schema import Settings
 from proxy.store.memory_store import MemoryStore
-from proxy.store.protocol import Store
+from proxy.store.protocol import Store, Value
 from proxy.store.redis_connection import RedisOptions, redis_client
 from proxy.store.redis_store import RedisStore
 from proxy.wire import json_codec
@@ -42,11 +42,18 @@ class RefusalMemory:
 
     async def recall_keys(self, identity: str, model: object, names: list[str]) -> set[str]:
         """Which of `names` were remembered for this upstream and model (one store lookup)."""
+        return set(await self.recall_values(identity, model, names))
+
+    async def recall_values(
+        self, identity: str, model: object, names: list[str]
+    ) -> dict[str, Value]:
+        """What was remembered under `names` for this upstream and model, by name (one store
+        lookup)."""
         if not names:
-            return set()
+            return {}
         keys = {self.key(identity, model, name): name for name in names}
         found = await self.store.get_many(list(keys))
-        return {keys[key] for key in found}
+        return {keys[key]: value for key, value in found.items()}
 
     def remember(self, identity: str, model: object, names: Iterable[str], status: int) -> None:
         # The model in words beside the status, for `streamfix config` (the key holds a digest).

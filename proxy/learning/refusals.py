@@ -36,6 +36,8 @@ from proxy.learning.parameter_fallback import PARAMETERS
 from proxy.learning.refusal_memory import RefusalMemory, open_memory
 from proxy.learning.refusal_reading import read_refusal, resent
 from proxy.learning.refusal_rules import REQUEST_RULES
+from proxy.learning.token_ratios import MEMORY_KEY as TOKENS_KEY
+from proxy.learning.token_ratios import TokenRatio, TokenRatios
 from proxy.repair.rules import RouteRules
 from proxy.settings.schema import Settings
 from proxy.store.protocol import Store
@@ -100,9 +102,11 @@ class Learned:
 
 @dataclass(frozen=True, slots=True)
 class Recalled:
-    """What was learned before for one upstream and model, by rule."""
+    """What was learned before for one upstream and model, by rule, and its input tokens per
+    byte (token_ratios.py)."""
 
     keys: tuple[tuple[RefusalRule, frozenset[str]], ...] = ()
+    tokens: TokenRatio | None = None
 
     def applied(self, rules: RouteRules) -> RouteRules:
         """The route's rules with what was learned: a new value, the route's own unchanged."""
@@ -131,6 +135,7 @@ EVERY_RULE = RouteRules()
 class RefusalLearning:
     def __init__(self, memory: RefusalMemory, rules: Sequence[RefusalRule] = RULES) -> None:
         self.memory = memory
+        self.tokens = TokenRatios(memory)
         self.rules = tuple(rules)
         self._statuses = frozenset(status for rule in self.rules for status in rule.statuses)
 
@@ -138,18 +143,24 @@ class RefusalLearning:
         self, identity: str, request: Mapping[str, Any], rules: RouteRules = EVERY_RULE
     ) -> Recalled:
         """What this upstream refused before for the request's model, among what the request
-        carries and the route lets be learned: one store lookup for every rule."""
+        carries and the route lets be learned, and the model's input tokens per byte: one
+        store lookup for every rule and the ratio."""
         wanted = [(rule, rule.candidates(request)) for rule in self.rules if rule.learns(rules)]
         names = [name for _, candidates in wanted for name in candidates]
-        found = await self.memory.recall_keys(identity, request.get("model"), names)
-        if not found:
+        values = await self.memory.recall_values(
+            identity, request.get("model"), [*names, TOKENS_KEY]
+        )
+        if not values:
             return NOTHING
+        tokens = TokenRatio.of(values.pop(TOKENS_KEY, None))
+        found = values.keys()
         return Recalled(
             tuple(
                 (rule, keys)
                 for rule, candidates in wanted
-                if (keys := frozenset(found.intersection(candidates)))
-            )
+                if (keys := frozenset(found & set(candidates)))
+            ),
+            tokens,
         )
 
     async def send(

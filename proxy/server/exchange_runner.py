@@ -83,6 +83,7 @@ class ExchangeRunner:
         rules = route.rules(chat.get("model"))
         recalled = await exchanges.refusals.recall(route.identity, chat, rules)
         record = exchanges.record(request, request_id, chat, route, started, door.name)
+        record.tokens = recalled.tokens
         if front.counts:
             _count(record.tally, front.counts)
         # Phase one: the request repairs, ending in what goes upstream.
@@ -91,6 +92,7 @@ class ExchangeRunner:
         )
         record.forwarded = forwarded
         content = untouched if untouched is not None and not changed else None
+        record.sent_as_received = content is not None
 
         async def rebuild(rules: RouteRules) -> Rebuilt:
             """Phase one again from the client's own bytes, with the rules a refusal called

@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.learning.token_ratios import TokenRatio
 from proxy.repair.forwarded import Forwarded
 from proxy.repair.rules import RouteRules
 from proxy.repair.tally import Tally
@@ -40,6 +41,13 @@ class ExchangeRecord:
     door: str | None = None
     """The door the client came in at (`chat_completions`, `responses`, `messages`), None for
     a passthrough or a refusal before any door ran: `streamfix.front` on its span."""
+    sent_bytes: int | None = None
+    """The size of the body that last went upstream for this exchange."""
+    sent_as_received: bool = False
+    """The client's own bytes went up (a chat request nothing changed): not the proxy's compact
+    JSON, so their size is no measure of the chat request's (token_ratios.py)."""
+    tokens: TokenRatio | None = None
+    """The upstream and model's input tokens per byte, as recalled before the send."""
     client_copy: ClientCopy | None = None
     """What a recording transport handed back with the response (upstream/context.py
     `CLIENT_COPY`); delivery gives it every byte the client is sent, then saves it."""

@@ -5,7 +5,8 @@ message, as is a `role: "system"` message inside `messages` (Claude Code sends o
 top level). A user turn: its `tool_result` blocks first, as `tool` messages in order (a chat
 upstream wants them right after the assistant's calls; each must answer a `tool_use` an earlier
 assistant turn issued), then its text and `image` blocks as one user message. An assistant
-turn: its text, its `tool_use` blocks as calls with their ids as issued, and the receipt key
+turn: its text, its `tool_use` blocks as calls with their ids as the upstream issued them (an
+id the front wrote in Anthropic's alphabet read back, tool_use_ids.py), and the receipt key
 its `thinking` block's signature carries (a `redacted_thinking` block this proxy never issued
 is dropped and counted).
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.fronts.messages.anthropic_errors import MessagesError, string_at
+from proxy.fronts.messages.tool_use_ids import upstream_id
 from proxy.fronts.messages.translated import ReadToken, Translated
 from proxy.fronts.quoted import quoted
 from proxy.wire import json_codec
@@ -50,7 +52,7 @@ def chat_messages(
         if role == "system":  # Claude Code sends one inside messages, besides the top level
             messages.append({"role": "system", "content": system_text(content, where)})
         elif role == "user":
-            messages.extend(_user(content, where, issued))
+            messages.extend(_user(content, where, issued, out))
         elif role == "assistant":
             assistant, key = _assistant(content, where, out, read_token)
             for call in assistant.get("tool_calls", ()):
@@ -73,7 +75,9 @@ def _blocks(content: Any, where: str) -> list[dict[str, Any]]:
     return content
 
 
-def _user(content: Any, where: str, issued: set[str]) -> list[dict[str, Any]]:
+def _user(
+    content: Any, where: str, issued: set[str], translated: Translated
+) -> list[dict[str, Any]]:
     """A user turn: its tool results first, as `tool` messages in order (a chat upstream wants
     them right after the assistant's calls), then the rest as one user message."""
     tools: list[dict[str, Any]] = []
@@ -82,7 +86,7 @@ def _user(content: Any, where: str, issued: set[str]) -> list[dict[str, Any]]:
         here = f"{where}.content.{index}"
         kind = block["type"]
         if kind == "tool_result":
-            tool_message, images = _tool_result(block, here, issued)
+            tool_message, images = _tool_result(block, here, issued, translated)
             tools.append(tool_message)
             parts.extend(images)
         elif kind == "text":
@@ -113,14 +117,15 @@ def _image(source: Any, where: str) -> dict[str, Any]:
 
 
 def _tool_result(
-    block: dict[str, Any], where: str, issued: set[str]
+    block: dict[str, Any], where: str, issued: set[str], translated: Translated
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """A `tool` message, and the images the result held (a chat `tool` message takes text
     only; they follow in the user message). `is_error` has no chat field: the text says it."""
-    call_id = block.get("tool_use_id")
+    given = block.get("tool_use_id")
+    call_id = _restored(given, translated) if isinstance(given, str) else given
     if not isinstance(call_id, str) or call_id not in issued:
         raise MessagesError(
-            f"{where}: unexpected tool_use_id {quoted(call_id)} in tool_result blocks: "
+            f"{where}: unexpected tool_use_id {quoted(given)} in tool_result blocks: "
             "each tool_result needs a tool_use block with that id in an earlier assistant turn"
         )
     texts: list[str] = []
@@ -153,7 +158,7 @@ def _assistant(
         if kind == "text":
             texts.append(string_at(block.get("text"), f"{here}.text"))
         elif kind == "tool_use":
-            calls.append(_call(block, here))
+            calls.append(_call(block, here, out))
         elif kind == "thinking":
             signature = block.get("signature")
             found = read_token(signature) if isinstance(signature, str) else None
@@ -175,8 +180,8 @@ def _assistant(
     return message, key
 
 
-def _call(block: dict[str, Any], where: str) -> dict[str, Any]:
-    call_id = string_at(block.get("id"), f"{where}.id")
+def _call(block: dict[str, Any], where: str, out: Translated) -> dict[str, Any]:
+    call_id = _restored(string_at(block.get("id"), f"{where}.id"), out)
     name = string_at(block.get("name"), f"{where}.name")
     arguments = block.get("input", {})
     if not isinstance(arguments, dict):
@@ -186,3 +191,11 @@ def _call(block: dict[str, Any], where: str) -> dict[str, Any]:
         "type": "function",
         "function": {"name": name, "arguments": json_codec.dumps(arguments).decode()},
     }
+
+
+def _restored(given: str, out: Translated) -> str:
+    """The upstream's own id for one the front wrote in Anthropic's alphabet, counted."""
+    call_id = upstream_id(given)
+    if call_id != given:
+        out.count("messages_tool_use_id_restored")
+    return call_id
