@@ -49,6 +49,8 @@ class Front:
     client's request was kept)."""
     without_heartbeats: Callable[[bytes], bytes]
     minted: tuple[str, ...]
+    without_estimates: Callable[[bytes], bytes] = lambda body: body
+    """What a comparison reads as 0: a count the proxy estimated from what it had learned."""
 
     def as_recorded(self, recorded: bytes, today: bytes) -> AsRecorded:
         """What reads today's bytes with the values this answer minted as recorded."""
@@ -56,7 +58,8 @@ class Front:
 
     def comparable(self, recorded: bytes, today: bytes) -> tuple[bytes, bytes]:
         """The recorded client copy and today's answer, as a replay compares them."""
-        recorded, today = self.without_heartbeats(recorded), self.without_heartbeats(today)
+        recorded = self.without_estimates(self.without_heartbeats(recorded))
+        today = self.without_estimates(self.without_heartbeats(today))
         return recorded, AsRecorded(recorded, today, self.minted)(today)
 
 
@@ -67,6 +70,7 @@ FRONTS = (
         messages_replay.is_answer,
         messages_replay.without_pings,
         messages_replay.MINTED,
+        messages_replay.without_estimate,
     ),
     Front(
         "Responses",

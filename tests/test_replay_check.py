@@ -296,3 +296,33 @@ def test_a_front_cassette_replays_the_clients_request_through_its_door(tmp_path:
     stale = cli("replay", str(record))
     assert stale.returncode == 1 and statuses(stale.stdout) == {path.name: "STALE"}
     assert "recorded before the client's own request was kept" in stale.stdout
+
+
+def test_a_messages_replay_reads_the_start_estimate_as_recorded_and_the_usage_as_it_is(
+    tmp_path: Path,
+) -> None:
+    """`message_start`'s `input_tokens` is the proxy's estimate at the ratio its answers had
+    taught it (a build that sent 0, a replica that had learned more): a replay does not count
+    it as a change. The usage the upstream reported, in `message_delta`, still is one."""
+    record = tmp_path / "recorded"
+    with (
+        running_fake_upstream() as (_, root),
+        running_proxy(f"{root}/v1", **{"recording.record_dir": str(record)}) as proxy,
+    ):
+        said = [{"role": "user", "content": QUESTION}]
+        request = {"model": GEMINI, "max_tokens": 400, "tools": MESSAGES_TOOLS, "messages": said}
+        with anthropic_client(proxy).messages.stream(**request) as events:
+            events.get_final_message()
+        wait_until(lambda: len(list(record.glob("*.json"))) == 1, "1 cassette", timeout=10.0)
+    [path] = record.glob("*.json")
+    document = json.loads(path.read_text())
+    lines = document["client"]["lines"]
+    start = next(i for i, line in enumerate(lines) if '"type":"message_start"' in line)
+    assert re.search(r'"usage":\{"input_tokens":[1-9]', lines[start]), lines[start]
+    lines[start] = re.sub(r'("usage":\{"input_tokens":)[0-9]+', r"\g<1>0", lines[start])
+    path.write_text(json.dumps(document))
+    assert statuses(cli("replay", str(record)).stdout) == {path.name: "ok"}
+    delta = next(i for i, line in enumerate(lines) if '"type":"message_delta"' in line)
+    lines[delta] = re.sub(r'("output_tokens":)[0-9]+', r"\g<1>12345", lines[delta])
+    path.write_text(json.dumps(document))
+    assert statuses(cli("replay", str(record)).stdout) == {path.name: "CHANGED"}

@@ -9,7 +9,7 @@ from typing import Any
 
 from proxy.settings.schema import Settings
 from proxy.store.memory_store import MemoryStore
-from proxy.store.protocol import Store
+from proxy.store.protocol import Store, Value
 from proxy.store.redis_connection import RedisOptions, redis_client
 from proxy.store.redis_store import RedisStore
 from proxy.wire import json_codec
@@ -51,11 +51,19 @@ class RefusalMemory:
     async def recall_keys(self, identity: str, model: object, names: list[str]) -> set[str]:
         """Which of `names` were remembered for this upstream and model (one store lookup),
         each with the value it was remembered with (`name=value`), if any."""
+        found = await self.recall_values(identity, model, names)
+        return {with_value(name, said) for name, said in found.items()}
+
+    async def recall_values(
+        self, identity: str, model: object, names: list[str]
+    ) -> dict[str, Value]:
+        """What was remembered under `names` for this upstream and model, by name (one store
+        lookup)."""
         if not names:
-            return set()
+            return {}
         keys = {self.key(identity, model, name): name for name in names}
         found = await self.store.get_many(list(keys))
-        return {_with_value(keys[key], said) for key, said in found.items()}
+        return {keys[key]: value for key, value in found.items()}
 
     def remember(self, identity: str, model: object, names: Iterable[str], status: int) -> None:
         # The model in words beside the status, for `streamfix config` (the key holds a digest).
@@ -76,7 +84,7 @@ def key_name(key: str) -> str:
     return key.partition(VALUE_SEPARATOR)[0]
 
 
-def _with_value(name: str, said: object) -> str:
+def with_value(name: str, said: object) -> str:
     value = said.get("value") if isinstance(said, dict) else None
     return f"{name}{VALUE_SEPARATOR}{value}" if isinstance(value, str) and value else name
 
@@ -126,7 +134,7 @@ def learned_in_redis(options: RedisOptions, identity: str) -> list[str] | None:
             said = json_codec.loads(value) if value is not None else {}
         except json_codec.JSONDecodeError:
             said = {}
-        name = _with_value(name, said)
+        name = with_value(name, said)
         model = said.get("model", "a model") if isinstance(said, dict) else "a model"
         status = said.get("status", "?") if isinstance(said, dict) else "?"
         how = "answered" if status == 200 else "refused"  # an answer rule's (answer_rules.py)

@@ -36,10 +36,12 @@ import httpx
 
 from proxy.learning.answer_rules import TEMPLATE_OPENS_THINK
 from proxy.learning.parameter_fallback import PARAMETERS
-from proxy.learning.refusal_memory import RefusalMemory, key_name, open_memory
+from proxy.learning.refusal_memory import RefusalMemory, key_name, open_memory, with_value
 from proxy.learning.refusal_reading import read_refusal, resent
 from proxy.learning.refusal_rules import REQUEST_RULES, TOKEN_LIMIT_RULES
 from proxy.learning.refused_parts import REFUSED_PARTS, RefusedPart
+from proxy.learning.token_ratios import MEMORY_KEY as TOKENS_KEY
+from proxy.learning.token_ratios import TokenRatio, TokenRatios
 from proxy.repair.rules import RouteRules
 from proxy.settings.schema import Settings
 from proxy.store.protocol import Store
@@ -118,9 +120,11 @@ class Learned:
 
 @dataclass(frozen=True, slots=True)
 class Recalled:
-    """What was learned before for one upstream and model, by rule."""
+    """What was learned before for one upstream and model, by rule, and its input tokens per
+    byte (token_ratios.py)."""
 
     keys: tuple[tuple[RefusalRule, frozenset[str]], ...] = ()
+    tokens: TokenRatio | None = None
 
     def applied(self, rules: RouteRules) -> RouteRules:
         """The route's rules with what was learned: a new value, the route's own unchanged."""
@@ -157,25 +161,38 @@ EVERY_RULE = RouteRules()
 class RefusalLearning:
     def __init__(self, memory: RefusalMemory, rules: Sequence[RefusalRule] = RULES) -> None:
         self.memory = memory
+        self.tokens = TokenRatios(memory)
         self.rules = tuple(rules)
         self._statuses = frozenset(status for rule in self.rules for status in rule.statuses)
 
     async def recall(
-        self, identity: str, request: Mapping[str, Any], rules: RouteRules = EVERY_RULE
+        self,
+        identity: str,
+        request: Mapping[str, Any],
+        rules: RouteRules = EVERY_RULE,
+        *,
+        tokens: bool = False,
     ) -> Recalled:
         """What this upstream refused before for the request's model, among what the request
-        carries and the route lets be learned: one store lookup for every rule."""
+        carries and the route lets be learned, and, with `tokens` (a door that estimates input
+        tokens), the model's input tokens per byte: one store lookup for every rule and the
+        ratio, none when nothing is asked."""
         wanted = [(rule, rule.candidates(request)) for rule in self.rules if rule.learns(rules)]
         names = [name for _, candidates in wanted for name in candidates]
-        found = await self.memory.recall_keys(identity, request.get("model"), names)
-        if not found:
+        if tokens:
+            names.append(TOKENS_KEY)
+        values = await self.memory.recall_values(identity, request.get("model"), names)
+        if not values:
             return NOTHING
+        ratio = TokenRatio.of(values.pop(TOKENS_KEY, None))
+        found = {with_value(name, said) for name, said in values.items()}
         return Recalled(
             tuple(
                 (rule, keys)
                 for rule, candidates in wanted
                 if (keys := frozenset(key for key in found if key_name(key) in candidates))
-            )
+            ),
+            ratio,
         )
 
     async def send(

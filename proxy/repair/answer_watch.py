@@ -8,7 +8,8 @@ Last in the chain because the span's finish reasons are the client's: after ever
 passes it too, as its one-event trip (one_event.py), `usage` included.
 
 It runs on every chunk of every exchange, so each chunk costs it a few dict reads: the model
-and id until both are seen, `usage`, and each choice's `finish_reason`.
+and id until both are seen, `usage`, and each choice's `finish_reason` (with the `usage`
+Moonshot's streams put inside the finishing choice rather than beside `choices`).
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ class AnswerWatch(Link):
                     reason = choice.get("finish_reason")
                     if reason is not None and isinstance(reason, str):
                         facts.finishes[choice_index(choice)] = reason
+                        if not usage:  # Moonshot streams its usage inside the finishing choice
+                            inside = choice.get("usage")
+                            if inside and isinstance(inside, dict):
+                                facts.take_usage(inside)
         return None
 
     def on_whole(self, body: dict[str, Any]) -> None:

@@ -88,8 +88,10 @@ class ExchangeRunner:
         chat = front.chat
         started = time.monotonic()  # the recall below is part of the exchange's time
         rules = route.rules(chat.get("model"))
-        recalled = await exchanges.refusals.recall(route.identity, chat, rules)
+        estimates = door.estimates_tokens
+        recalled = await exchanges.refusals.recall(route.identity, chat, rules, tokens=estimates)
         record = exchanges.record(request, request_id, chat, route, started, door.name)
+        record.tokens, record.learns_tokens = recalled.tokens, estimates
         if front.counts:
             _count(record.tally, front.counts)
         refused = recalled.refused_part
@@ -103,6 +105,7 @@ class ExchangeRunner:
         )
         record.forwarded = forwarded
         content = untouched if untouched is not None and not changed else None
+        record.sent_as_received = content is not None
 
         async def rebuild(rules: RouteRules) -> Rebuilt:
             """Phase one again from the client's own bytes, with the rules a refusal called

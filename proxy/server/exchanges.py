@@ -170,7 +170,8 @@ class Exchanges:
 
     def answered(self, record: ExchangeRecord, route: UpstreamRoute, status: int) -> None:
         """A repaired exchange's end, after what its answer taught (upstream/answer_rules.py:
-        `think_opened_by_template` learned from a `</think>` nothing opened)."""
+        `think_opened_by_template` learned from a `</think>` nothing opened; the model's input
+        tokens per byte from the prompt it reported, learning/token_ratios.py)."""
         forwarded = record.forwarded
         if forwarded is not None:
             learned = self.refusals.answered(
@@ -179,6 +180,20 @@ class Exchanges:
             if learned is not None:
                 record.tally.count(learned.kind, 1)
                 log_learned(logger, record, learned)
+            answer = record.tally.answer
+            if (
+                record.learns_tokens
+                and answer is not None
+                and answer.input_tokens
+                and not record.sent_as_received
+            ):
+                self.refusals.tokens.learn(
+                    route.identity,
+                    forwarded.body,
+                    record.tokens,
+                    answer.input_tokens,
+                    record.sent_bytes,
+                )
         self.finished(record, status)
 
     @staticmethod
@@ -263,6 +278,7 @@ class Exchanges:
             if learned is not None:
                 if isinstance(learned.rule, RefusedPart):
                     record.refused_part = learned.rule
+                record.sent_as_received = False  # the resend is the proxy's own encoding
                 if rebuilt:
                     record.tally, record.forwarded = rebuilt[-1].tally, rebuilt[-1].forwarded
                     rebuilt[-1].adopt()
@@ -325,6 +341,7 @@ class Exchanges:
             where = f"{url.scheme}://{upstream_origin(url)}{url.path}"
             logger.debug("[%s] upstream %s %s", record.request_id, outgoing.method, where)
         started = time.monotonic()
+        record.sent_bytes = len(outgoing.content)
         try:
             response = await self._send_upstream(outgoing, record)
             response.request = outgoing

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.learning.refused_parts import RefusedPart
+from proxy.learning.token_ratios import TokenRatio
 from proxy.repair.forwarded import Forwarded
 from proxy.repair.rules import RouteRules
 from proxy.repair.tally import Tally
@@ -44,6 +45,17 @@ class ExchangeRecord:
     refused_part: RefusedPart | None = None
     """A content part the upstream just refused that no repair stands in for (learning/
     refused_parts.py): the door answers the refusal in its own words."""
+    sent_bytes: int | None = None
+    """The size of the body that last went upstream for this exchange."""
+    sent_as_received: bool = False
+    """The client's own bytes went up (a chat request nothing changed): not the proxy's compact
+    JSON, so their size is no measure of the chat request's (token_ratios.py)."""
+    tokens: TokenRatio | None = None
+    """The upstream and model's input tokens per byte, as recalled before the send."""
+    learns_tokens: bool = False
+    """The exchange's door estimates input tokens (the Messages door): its answer's reported
+    prompt tokens teach the ratio. Other doors neither read nor write it (no store round trip
+    for what they do not use)."""
     client_copy: ClientCopy | None = None
     """What a recording transport handed back with the response (upstream/context.py
     `CLIENT_COPY`); delivery gives it every byte the client is sent, then saves it."""

@@ -283,9 +283,12 @@ def test_3_claude_code_reads_the_context_the_upstream_reported(run: Run) -> None
         and line["message"].get("model") == MAIN
         and not line.get("is_api_error_message")
     ]
-    assert starts and set(starts) == {PROMPT_TOKENS}, (
-        f"Claude Code's assistant lines read input tokens {starts} (their `message_start`), not "
-        f"the {PROMPT_TOKENS} the upstream reported on every chunk: its context reading is off"
+    # `message_start` goes out before the upstream has said anything (Anthropic's order puts
+    # it first): its input tokens are the door's estimate, never 0; what the upstream reported
+    # comes in `message_delta`, which is what Claude Code's counts settle on (below).
+    assert starts and all(isinstance(n, int) and n > 0 for n in starts), (
+        f"Claude Code's assistant lines read input tokens {starts} (their `message_start`): "
+        "an estimate of the request was due, never 0"
     )
     result = result_of(run)
     usage = result.get("modelUsage", {}).get(MAIN, {})

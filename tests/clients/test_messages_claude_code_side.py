@@ -3,7 +3,8 @@ exchange, with non-essential traffic left on (shared/MESSAGES.md says what it se
 
 - `POST /v1/messages/count_tokens` with the main model, when its Read tool reads a file whose
   rough size passes a quarter of Read's token limit: the count decides whether the file fits.
-  The proxy answers an estimate (`x-streamfix-token-count: estimate`); the upstream gets none.
+  The proxy answers a count of its own (`x-streamfix-token-count`: `estimate`, or `learned`
+  once an answer from that upstream and model taught it); the upstream gets none.
 - The small fast model (`ANTHROPIC_SMALL_FAST_MODEL`): a tool-use summary after each tool
   batch (`CLAUDE_CODE_EMIT_TOOL_USE_SUMMARIES=1`, which Agent SDK hosts set), and a session
   title when a host asks for one over stream-json input (the `generate_session_title` control

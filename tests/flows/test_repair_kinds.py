@@ -670,6 +670,9 @@ COVERED_ELSEWHERE = {
     "messages_receipts_restored": "test_a_turn_the_store_cannot_name_gets_its_receipts_back",
     "messages_receipt_token_unknown": "test_a_signature_whose_turn_is_gone_is_counted",
     "messages_store_failed": "test_a_failed_turn_write_is_counted_and_the_answer_still",
+    "messages_tool_use_id_encoded": "test_kimis_ids_reach_the_client_in_anthropics_alphabet",
+    "messages_tool_use_id_restored": "test_the_history_goes_upstream_with_the_upstreams_own_ids",
+    "messages_input_tokens_estimated": "test_without_a_reported_prompt_the_estimate_stands",
     "stream_folded": "test_a_responses_client_asking_for_one_answer_gets_the_folded_stream",
     # Google's array-wrapped refusal, through the chat door beside the bodies relayed as sent.
     "error_body_unwrapped": "test_a_chat_client_gets_the_upstreams_refusal_as_sent_but_for",

@@ -13,7 +13,9 @@ accepted got its receipt from the replica that did not see the turn, through Red
   a model's completion limit likewise, its number carried through Redis;
 - the Responses API: `previous_response_id`, and `encrypted_content` tokens with `store:
   false` (one STREAMFIX_RECEIPT_SECRET on both);
-- the Messages API: thinking blocks whose signature one replica minted and the other reads.
+- the Messages API: thinking blocks whose signature one replica minted and the other reads;
+  the input tokens per byte one replica learned from an answer, which the other's
+  `count_tokens` counts with at once.
 
 One Redis, the fakes and the two replicas serve the whole module (each test its own tenant).
 """
@@ -31,6 +33,7 @@ import pytest
 import redis
 
 from tests.fronts.responses.responses_flows import run_flow
+from tests.support.claude_code_requests import claude_code_request
 from tests.support.gemini_upstream import (
     THREE_STEPS,
     TOOL_SCHEMAS,
@@ -67,6 +70,10 @@ from tests.support.strict_upstream import (
     StrictUpstream,
     running_strict_upstream,
 )
+from tests.support.token_counting_upstream import (
+    TokenCountingUpstream,
+    running_token_counting_upstream,
+)
 from tests.support.waiting import wait_until
 
 GEMINI_MODEL = "gemini-3-flash-preview"
@@ -91,6 +98,7 @@ class Upstreams:
     openrouter: OpenRouterUpstream
     kimi: StrictUpstream
     refusing: RejectingUpstream
+    counting: TokenCountingUpstream
     routes: list[dict[str, Any]]
 
 
@@ -127,6 +135,7 @@ def upstreams() -> Iterator[Upstreams]:
         running_openrouter_upstream() as (openrouter, openrouter_root),
         running_strict_upstream() as (kimi, kimi_root),
         running_rejecting_upstream(refusing) as refusing_url,
+        running_token_counting_upstream() as (counting, counting_url),
     ):
         routes = [
             route("gemini", "gemini-*", f"{gemini_root}/v1beta/openai", "gemini"),
@@ -134,8 +143,9 @@ def upstreams() -> Iterator[Upstreams]:
             route("openrouter", "google/*", f"{openrouter_root}/api/v1", "openrouter"),
             route("kimi", "kimi-*", f"{kimi_root}/v1", "kimi"),
             route("refusing", REFUSING_MODEL, refusing_url, "generic"),
+            route("counting", "counting-*", counting_url, "generic"),
         ]
-        yield Upstreams(gemini, deepseek, openrouter, kimi, refusing, routes)
+        yield Upstreams(gemini, deepseek, openrouter, kimi, refusing, counting, routes)
 
 
 def route(name: str, pattern: str, base_url: str, profile: str) -> dict[str, Any]:
@@ -325,3 +335,33 @@ def test_messages_thinking_signatures_reach_the_other_replica(replicas: Replicas
     assert fake.rejections == []
     # Each replica read the signatures the other minted (a foreign one would be dropped).
     assert not any("thinking_signature_dropped" in line for line in repairs), repairs
+
+
+def test_a_token_ratio_learned_on_one_replica_counts_on_the_other(replicas: Replicas) -> None:
+    """One exchange through the first replica teaches the model's input tokens per byte; the
+    second's `count_tokens` (Anthropic's SDK) is then within 10 % of the upstream's own count
+    of a Claude Code-sized request, where before it was the estimate."""
+    fake = replicas.upstreams.counting
+    first, second = (
+        anthropic.Anthropic(base_url=url, api_key="sk-ratio", max_retries=0)
+        for url in replicas.urls
+    )
+    model = "counting-replicas"
+    asked = claude_code_request(11, 6, model=model, stream=False)
+    fields = {k: v for k, v in asked.items() if k not in ("stream", "max_tokens")}
+    header = "x-streamfix-token-count"
+    assert second.messages.with_raw_response.count_tokens(**fields).headers[header] == "estimate"
+    taught = claude_code_request(12, 2, model=model, stream=False)
+    first.messages.create(**{k: v for k, v in taught.items() if k != "stream"})
+    wait_until(  # written to Redis in the background
+        lambda: (
+            second.messages.with_raw_response.count_tokens(**fields)
+            .headers[header]
+            .startswith("learned")
+        ),
+        "the second replica to count with what the first learned",
+    )
+    counted = second.messages.count_tokens(**fields).input_tokens
+    second.messages.create(**{k: v for k, v in asked.items() if k != "stream"})
+    actual = fake.usages[-1]["prompt_tokens"]
+    assert abs(counted - actual) <= 0.10 * actual, (counted, actual)

@@ -4,7 +4,12 @@ check every front test runs over what it produced."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
+
+TOOL_USE_ID = re.compile(r"[a-zA-Z0-9_-]+")
+"""Anthropic's `tool_use.id` (and `tool_result.tool_use_id`) pattern: a transcript with any
+other id is refused when it goes to Anthropic's API."""
 
 
 def parse(stream: bytes) -> list[dict[str, Any]]:
@@ -47,6 +52,8 @@ def violations(events: list[dict[str, Any]], *, complete: bool = True) -> list[s
                 block = event["content_block"]
                 if not block.get("id") or not block.get("name"):
                     found.append(f"tool_use block {index} without id or name")
+                elif not TOOL_USE_ID.fullmatch(block["id"]):
+                    found.append(f"tool_use block {index}: id outside Anthropic's alphabet")
                 inputs[index] = ""
         elif kind == "content_block_delta":
             index = event["index"]

@@ -3,6 +3,7 @@ and the client rules every sequence keeps (tests/fronts/messages_checks.py)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from proxy.fronts.messages.events import (
     reasoning_text,
     whole,
 )
+from proxy.fronts.messages.tool_use_ids import upstream_id
 from tests.fronts.messages_checks import parse, violations
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -305,6 +307,125 @@ def test_a_whole_answer_with_calls_that_are_not_a_list_or_unnamed() -> None:
 
 
 def test_usage_counts_that_are_negative_booleans_or_strings_are_zero() -> None:
+    """A prompt count that is no count is no report: `message_delta` leaves `input_tokens`
+    out, so the estimate `message_start` gave stands (the SDKs keep what it leaves out)."""
     usage = {"prompt_tokens": -5, "completion_tokens": True, "prompt_tokens_details": {}}
     events = run([{**chunk({"content": "hi"}, finish="stop"), "usage": usage}])
-    assert events[-2]["usage"] == {"input_tokens": 0, "output_tokens": 0}
+    assert events[-2]["usage"] == {"output_tokens": 0}
+
+
+# ── usage: message_start's estimate, message_delta's report ─────────────────
+
+
+def test_message_start_carries_the_estimate_and_message_delta_every_reported_count() -> None:
+    """Claude Code's context meter adds input, cache creation, cache read and output: the
+    prompt OpenRouter reports (cache read and written inside it) is split so they add up."""
+    usage = {
+        "prompt_tokens": 1000,
+        "completion_tokens": 5,
+        "prompt_tokens_details": {"cached_tokens": 600, "cache_write_tokens": 300},
+    }
+    translator = MessageEvents("m", message_id="msg_1", input_estimate=1234)
+    out = translator.feed(chunk({"content": "a"}, finish="stop"))
+    out += translator.feed({"choices": [], "usage": usage})
+    events = parse(b"".join(out + translator.finish(Clean())))
+    assert events[0]["message"]["usage"] == {"input_tokens": 1234, "output_tokens": 0}
+    assert events[-2]["usage"] == {
+        "input_tokens": 100,
+        "cache_creation_input_tokens": 300,
+        "cache_read_input_tokens": 600,
+        "output_tokens": 5,
+    }
+    assert translator.counts == {}
+
+
+def test_moonshot_and_deepseek_say_their_cache_in_their_own_fields() -> None:
+    """Moonshot streams its usage inside the finishing choice, `cached_tokens` beside
+    `prompt_tokens`; DeepSeek says `prompt_cache_hit_tokens`."""
+    moonshot = {"prompt_tokens": 233, "completion_tokens": 41, "cached_tokens": 200}
+    events = run([chunk({"content": "a"}, finish="stop", usage=moonshot)], input_estimate=9)
+    assert events[-2]["usage"] == {
+        "input_tokens": 33,
+        "cache_read_input_tokens": 200,
+        "output_tokens": 41,
+    }
+    deepseek = {"prompt_tokens": 50, "completion_tokens": 2, "prompt_cache_hit_tokens": 48}
+    events = run([chunk({"content": "a"}, finish="stop"), {"choices": [], "usage": deepseek}])
+    assert events[-2]["usage"] == {
+        "input_tokens": 2,
+        "cache_read_input_tokens": 48,
+        "output_tokens": 2,
+    }
+
+
+def test_without_a_reported_prompt_the_estimate_stands_and_is_counted() -> None:
+    translator = MessageEvents("m", message_id="msg_1", input_estimate=700)
+    out = translator.feed(chunk({"content": "a"}, finish="stop"))
+    events = parse(b"".join(out + translator.finish(Clean())))
+    assert events[0]["message"]["usage"]["input_tokens"] == 700
+    assert events[-2]["usage"] == {"output_tokens": 0}  # nothing overwrites the estimate
+    assert translator.counts == {"messages_input_tokens_estimated": 1}
+
+
+def test_a_whole_answer_has_the_reported_usage_or_the_estimate() -> None:
+    completion: dict[str, Any] = {"choices": [{"message": {"content": "hi"}}]}
+    translator = MessageEvents("m", message_id="msg_1", input_estimate=700)
+    assert translator.whole(completion)["usage"] == {"input_tokens": 700, "output_tokens": 0}
+    assert translator.counts == {"messages_input_tokens_estimated": 1}
+    completion["usage"] = {
+        "prompt_tokens": 900,
+        "completion_tokens": 3,
+        "prompt_tokens_details": {"cached_tokens": 800},
+    }
+    translator = MessageEvents("m", message_id="msg_1", input_estimate=700)
+    assert translator.whole(completion)["usage"] == {
+        "input_tokens": 100,
+        "cache_read_input_tokens": 800,
+        "output_tokens": 3,
+    }
+    assert translator.counts == {}
+
+
+# ── call ids in Anthropic's alphabet ─────────────────────────────────────────
+
+ALPHABET = re.compile(r"^[a-zA-Z0-9_-]+$")
+
+
+def test_kimis_ids_reach_the_client_in_anthropics_alphabet_and_the_turn_keeps_kimis() -> None:
+    calls = [
+        {
+            "index": 0,
+            "id": "functions.get_weather:0",
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'},
+        },
+        {
+            "index": 1,
+            "id": "call_in_the_alphabet-1",
+            "type": "function",
+            "function": {"name": "get_time", "arguments": "{}"},
+        },
+    ]
+    translator = MessageEvents("m", message_id="msg_1", mint=lambda key: "sig:" + key)
+    out = translator.feed(chunk({"reasoning_content": "think", "tool_calls": calls}))
+    out += translator.feed(chunk(finish="tool_calls"))
+    events = parse(b"".join(out + translator.finish(Clean())))
+    assert not violations(events)
+    ids = [
+        e["content_block"]["id"]
+        for e in events
+        if e["type"] == "content_block_start" and e["content_block"]["type"] == "tool_use"
+    ]
+    assert all(ALPHABET.match(i) for i in ids), ids
+    assert ids[1] == "call_in_the_alphabet-1"  # already in the alphabet: as it came
+    assert ids[0] != "functions.get_weather:0"
+    assert upstream_id(ids[0]) == "functions.get_weather:0"
+    assert translator.counts == {"messages_tool_use_id_encoded": 1}
+    turn = translator.turn()
+    assert turn is not None
+    assert [c["id"] for c in turn["tool_calls"]] == [c["id"] for c in calls]
+    whole_translator = MessageEvents("m", message_id="msg_2")
+    completion = {"choices": [{"message": {"tool_calls": calls}, "finish_reason": "tool_calls"}]}
+    blocks = whole_translator.whole(completion)["content"]
+    assert [b["id"] for b in blocks] == ids
+    assert whole_translator.counts["messages_tool_use_id_encoded"] == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 
 from proxy.fronts import receipt_tokens
 from proxy.fronts.messages.request import MessagesError, effort_for_budget, translate
+from proxy.fronts.messages.tool_use_ids import PREFIX, client_id, upstream_id
 
 
 def request(**fields: Any) -> dict[str, Any]:
@@ -565,3 +567,57 @@ def test_claude_codes_read_of_a_pdf_follows_its_tool_result_as_a_user_part() -> 
         },
     ]
     assert translated.documents == ["messages.2.content.0.content.0"]
+
+
+# ── call ids the front wrote in Anthropic's alphabet ─────────────────────────
+
+
+@pytest.mark.parametrize(
+    "upstream",
+    [
+        "functions.get_weather:0",  # Kimi
+        "functions.mcp__fs__read_text_file:12",
+        "call_abc-123",  # in the alphabet: as it came
+        "toolu_01A09q90qw90lq917835lq9",  # Anthropic's own
+        "toolu_sf_ZnVuY3Rpb25z",  # in the alphabet but with the front's prefix: written too
+        "chatcmpl-tool-9f1c/2",
+        "呼び出し:1",
+    ],
+)
+def test_every_upstream_id_comes_back_from_the_id_the_client_was_given(upstream: str) -> None:
+    given = client_id(upstream)
+    assert re.fullmatch(r"[a-zA-Z0-9_-]+", given)
+    in_alphabet = re.fullmatch(r"[a-zA-Z0-9_-]+", upstream) is not None
+    assert (given == upstream) == (in_alphabet and not upstream.startswith(PREFIX))
+    assert upstream_id(given) == upstream
+
+
+def test_an_id_that_only_looks_written_by_the_front_goes_as_sent() -> None:
+    for given in ("toolu_sf_", "toolu_sf_!!", "toolu_sf_YWJj", "toolu_sf_gA"):
+        # "YWJj" is "abc", which the front gives as it is; "gA" is no UTF-8.
+        assert upstream_id(given) == given
+
+
+def test_the_history_goes_upstream_with_the_upstreams_own_ids() -> None:
+    kimi = "functions.get_weather:0"
+    given = client_id(kimi)
+    call = {"type": "tool_use", "id": given, "name": "get_weather", "input": {"city": "Paris"}}
+    plain = {"type": "tool_use", "id": "toolu_2", "name": "get_time", "input": {}}
+    translated = translate(
+        request(
+            messages=[
+                user("weather?"),
+                assistant([call, plain]),
+                user(
+                    [
+                        {"type": "tool_result", "tool_use_id": given, "content": "sunny"},
+                        {"type": "tool_result", "tool_use_id": "toolu_2", "content": "noon"},
+                    ]
+                ),
+            ]
+        )
+    )
+    messages = translated.body["messages"]
+    assert [c["id"] for c in messages[1]["tool_calls"]] == [kimi, "toolu_2"]
+    assert [m["tool_call_id"] for m in messages[2:]] == [kimi, "toolu_2"]
+    assert translated.counts == {"messages_tool_use_id_restored": 2}

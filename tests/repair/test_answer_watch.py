@@ -37,3 +37,18 @@ async def test_a_whole_answers_finish_is_the_one_the_client_gets(
     assert tally.answer is not None
     assert tally.answer.finish_reasons == claimed
     assert (tally.answer.model, tally.answer.id) == ("m", "chatcmpl-1")
+
+
+def test_moonshots_usage_inside_the_finishing_choice_is_read() -> None:
+    """Moonshot streams its usage inside the last choice, not beside `choices` (transcript
+    `kimi_per_round_ids`); a usage beside `choices` is the one read when both are there."""
+    tally = Tally("rid")
+    watch = AnswerWatch(tally)
+    usage = {"prompt_tokens": 233, "completion_tokens": 41, "total_tokens": 274}
+    choice = {"index": 0, "delta": {}, "finish_reason": "tool_calls", "usage": usage}
+    watch.on_chunk({"id": "c", "model": "kimi", "choices": [choice]})
+    assert tally.answer is not None
+    assert (tally.answer.input_tokens, tally.answer.output_tokens) == (233, 41)
+    beside = {"prompt_tokens": 300, "completion_tokens": 50}
+    watch.on_chunk({"id": "c", "model": "kimi", "choices": [choice], "usage": beside})
+    assert (tally.answer.input_tokens, tally.answer.output_tokens) == (300, 50)

@@ -18,6 +18,11 @@ conversation-integrity tests (PROTOCOL.md §1.3, §1.4, §1.6):
     - a tool-call id (or a `tool_call_id`) longer than 40 characters: OpenAI's `string too long`;
     - a tool-call id used by two calls anywhere in the request, or a call answered twice
       (Moonshot rejects duplicate ids; the wording is ours, see `duplicate_call_message`).
+- **Kimi's own ids** (`own_ids_only`): an id in the history that is not `functions.NAME:N`
+  (Kimi's template writes it into the prompt, the only place the model sees the call's name
+  again; a client that rewrote it leaves the model reading ids it never wrote) is refused like
+  OpenAI refuses an item id of the wrong shape (`Invalid 'input[0].id': … Expected an ID that
+  begins with 'fc'.`), in the same envelope: the wording is ours, the shape OpenAI's.
 - **Answers** come from a script keyed by round: round k = how many assistant messages with
   tool calls the current turn (everything after the newest `user` message) already has; the
   answer is `script[k]` (the last entry when k runs past the end). The default script is the
@@ -40,6 +45,7 @@ Serve `POST <root>/v1/chat/completions`; clients and the proxy use `<root>/v1` a
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -180,6 +186,32 @@ def duplicate_call_message(call_id: str) -> str:
     )
 
 
+KIMI_ID = re.compile(r"functions\.[A-Za-z0-9_.-]+:\d+")
+
+
+def foreign_id_message(param: str, call_id: str) -> str:
+    return (
+        f"Invalid '{param}': '{call_id}'. Expected an ID of the form 'functions.<name>:<index>', "
+        "as the tool call was issued."
+    )
+
+
+def check_own_ids(messages: Any) -> None:
+    """Raise Rejected for the first call id (or result id) not in Kimi's own shape."""
+    for i, message in enumerate(messages if isinstance(messages, list) else ()):
+        if not isinstance(message, dict):
+            continue
+        for j, call in enumerate(tool_calls_of(message)):
+            if not KIMI_ID.fullmatch(str(call.get("id"))):
+                param = f"messages[{i}].tool_calls[{j}].id"
+                raise Rejected(foreign_id_message(param, str(call.get("id"))), param)
+        if message.get("role") == "tool" and not KIMI_ID.fullmatch(
+            str(message.get("tool_call_id"))
+        ):
+            param = f"messages[{i}].tool_call_id"
+            raise Rejected(foreign_id_message(param, str(message.get("tool_call_id"))), param)
+
+
 class Rejected(Exception):
     def __init__(self, message: str, param: str | None = None) -> None:
         super().__init__(message)
@@ -279,6 +311,7 @@ class StrictUpstream:
 
     script: list[Step] = field(default_factory=lambda: list(KIMI_SCRIPT))
     fragments: int = 3
+    own_ids_only: bool = False
     requests: list[RecordedRequest] = field(default_factory=list)
     responses: list[tuple[int, bytes]] = field(default_factory=list)
     """(status, body) of every answer; a streamed answer's body is the whole SSE body."""
@@ -315,6 +348,8 @@ class StrictUpstream:
         messages = body.get("messages")
         try:
             validate(messages)
+            if self.own_ids_only:
+                check_own_ids(messages)
         except Rejected as exc:
             return self._reject(exc.message, exc.param)
         k = round_of(messages)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.wire.error_bodies import error_fields
+from proxy.wire.json_shapes import integer
 
 
 def reasoning_text(delta: dict[str, Any]) -> str | None:
@@ -42,18 +43,49 @@ def stop_reason(finish: Any, called: bool, matched: Any, stops: list[str]) -> tu
     return "end_turn", None
 
 
+CACHE_READ: tuple[tuple[str, ...], ...] = (
+    ("prompt_tokens_details", "cached_tokens"),  # OpenAI, OpenRouter, xAI, Gemini's compat
+    ("cached_tokens",),  # Moonshot
+    ("prompt_cache_hit_tokens",),  # DeepSeek
+)
+"""Where a chat usage says how much of the prompt its cache served, first found first."""
+CACHE_WRITE: tuple[tuple[str, ...], ...] = (
+    ("prompt_tokens_details", "cache_write_tokens"),  # OpenRouter
+    ("cache_creation_input_tokens",),  # gateways that speak Anthropic's name for it
+)
+"""Where a chat usage says how much of the prompt went into its cache."""
+
+
 def usage_of(usage: Any) -> dict[str, int]:
-    """Anthropic's usage from a chat usage object (zeros where the upstream said nothing)."""
-    out = {"input_tokens": 0, "output_tokens": 0}
+    """Anthropic's usage from a chat usage object, as much as it reported: `input_tokens`
+    (the prompt less what the cache served or took, which Anthropic counts apart) only when
+    it reported `prompt_tokens`, `output_tokens` always (0 when it said nothing: Anthropic's
+    usage requires it), the cache's two counts when not 0. Their sum is the prompt, as Claude
+    Code's context meter adds them."""
     if not isinstance(usage, dict):
-        return out
-    details = usage.get("prompt_tokens_details")
-    cached = _count(details.get("cached_tokens")) if isinstance(details, dict) else 0
-    out["input_tokens"] = max(_count(usage.get("prompt_tokens")) - cached, 0)
-    out["output_tokens"] = _count(usage.get("completion_tokens"))
-    if cached:
-        out["cache_read_input_tokens"] = cached
+        return {"output_tokens": 0}
+    out: dict[str, int] = {}
+    read, written = _first(usage, CACHE_READ), _first(usage, CACHE_WRITE)
+    prompt = integer(usage.get("prompt_tokens"))
+    if prompt is not None and prompt >= 0:
+        out["input_tokens"] = max(prompt - read - written, 0)
+    if written:
+        out["cache_creation_input_tokens"] = written
+    if read:
+        out["cache_read_input_tokens"] = read
+    out["output_tokens"] = _count(usage.get("completion_tokens"))  # Anthropic's order
     return out
+
+
+def _first(usage: dict[str, Any], paths: tuple[tuple[str, ...], ...]) -> int:
+    """The first positive count at one of `paths`, else 0."""
+    for path in paths:
+        value: Any = usage
+        for name in path:
+            value = value.get(name) if isinstance(value, dict) else None
+        if _count(value):
+            return _count(value)
+    return 0
 
 
 def _count(value: Any) -> int:

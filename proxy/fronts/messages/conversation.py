@@ -5,7 +5,8 @@ inside `messages` (Claude Code sends one besides the top level). A user turn: it
 blocks first, as `tool` messages in order (a chat upstream wants them right after the
 assistant's calls; each must answer a `tool_use` an earlier assistant turn issued), then its
 text, `image` and `document` blocks (media.py) as one user message. An assistant turn: its
-text, its `tool_use` blocks as calls with their ids as issued, and the receipt key its
+text, its `tool_use` blocks as calls with their ids as the upstream issued them (an id the
+front wrote in Anthropic's alphabet read back, tool_use_ids.py), and the receipt key its
 `thinking` block's signature carries (a `redacted_thinking` block this proxy never issued is
 dropped and counted).
 
@@ -24,6 +25,7 @@ from typing import Any
 from proxy.fronts.messages.anthropic_errors import MessagesError, string_at
 from proxy.fronts.messages.cache_marks import MARK, mark_of, marked
 from proxy.fronts.messages.media import document_parts, image_part
+from proxy.fronts.messages.tool_use_ids import upstream_id
 from proxy.fronts.messages.translated import ReadToken, Translated
 from proxy.fronts.quoted import quoted
 from proxy.wire import json_codec
@@ -128,10 +130,11 @@ def _tool_result(
     takes text only, in OpenAI's schema and OpenRouter's: they follow in the user message).
     `is_error` has no chat field: the text says it. The block's mark marks the message, or the
     last of its images and documents, which end the result where they went."""
-    call_id = block.get("tool_use_id")
+    given = block.get("tool_use_id")
+    call_id = _restored(given, out) if isinstance(given, str) else given
     if not isinstance(call_id, str) or call_id not in issued:
         raise MessagesError(
-            f"{where}: unexpected tool_use_id {quoted(call_id)} in tool_result blocks: "
+            f"{where}: unexpected tool_use_id {quoted(given)} in tool_result blocks: "
             "each tool_result needs a tool_use block with that id in an earlier assistant turn"
         )
     texts: list[str] = []
@@ -172,7 +175,7 @@ def _assistant(
         if kind == "text":
             texts.append(string_at(block.get("text"), f"{here}.text"))
         elif kind == "tool_use":
-            calls.append(_call(block, here))
+            calls.append(_call(block, here, out))
         elif kind == "thinking":
             signature = block.get("signature")
             found = read_token(signature) if isinstance(signature, str) else None
@@ -194,8 +197,8 @@ def _assistant(
     return marked(message, mark), key
 
 
-def _call(block: dict[str, Any], where: str) -> dict[str, Any]:
-    call_id = string_at(block.get("id"), f"{where}.id")
+def _call(block: dict[str, Any], where: str, out: Translated) -> dict[str, Any]:
+    call_id = _restored(string_at(block.get("id"), f"{where}.id"), out)
     name = string_at(block.get("name"), f"{where}.name")
     arguments = block.get("input", {})
     if not isinstance(arguments, dict):
@@ -205,3 +208,11 @@ def _call(block: dict[str, Any], where: str) -> dict[str, Any]:
         "type": "function",
         "function": {"name": name, "arguments": json_codec.dumps(arguments).decode()},
     }
+
+
+def _restored(given: str, out: Translated) -> str:
+    """The upstream's own id for one the front wrote in Anthropic's alphabet, counted."""
+    call_id = upstream_id(given)
+    if call_id != given:
+        out.count("messages_tool_use_id_restored")
+    return call_id

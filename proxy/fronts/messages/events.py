@@ -13,7 +13,12 @@ events. What Anthropic's own clients rely on (shared/MESSAGES.md), held here by 
   `length`, `stop_sequence` when the upstream named which one matched (vLLM's `stop_reason`),
   `refusal` for `content_filter`, else `end_turn`;
 - an upstream failure, in band or a broken-off stream, is an `error` event and nothing after it:
-  no invented `end_turn` that would make a cut answer look whole.
+  no invented `end_turn` that would make a cut answer look whole;
+- a `tool_use` id is in Anthropic's alphabet (tool_use_ids.py), the kept turn holding the
+  upstream's own;
+- `message_start`'s `input_tokens` is the prompt's estimate (never 0 for a request), and
+  `message_delta` carries what the upstream reported (chat_answer.py `usage_of`), leaving
+  `input_tokens` out when it reported no prompt, so the estimate stands.
 
 Reasoning (`reasoning_content`, `reasoning`, `reasoning_details`) becomes a `thinking` block
 whose `signature` is a receipt token (proxy/fronts/receipt_tokens.py) bound to the tenant and
@@ -47,7 +52,7 @@ from proxy.fronts.messages.framing import (
     sse,
 )
 from proxy.fronts.messages.held_calls import HeldCalls
-from proxy.fronts.messages.whole_message import Mint, events_of, whole
+from proxy.fronts.messages.whole_message import ESTIMATED_KIND, Mint, events_of, whole
 from proxy.fronts.translator import Aborted, Clean, End, UpstreamError
 from proxy.fronts.turns import TurnReceipts, turn_key
 
@@ -82,8 +87,12 @@ class MessageEvents:
         message_id: str | None = None,
         mint: Mint | None = None,
         stop_sequences: list[str] | None = None,
+        input_estimate: int = 0,
     ) -> None:
         self.model = model
+        self.input_estimate = input_estimate
+        """`message_start`'s `input_tokens`: the proxy's estimate of the prompt, made before
+        the upstream says (learning/token_ratios.py); `message_delta` carries its count."""
         self.message_id = message_id or new_message_id()
         self._mint = mint
         self._stops = stop_sequences or []
@@ -124,7 +133,7 @@ class MessageEvents:
             "content": [],
             "stop_reason": None,
             "stop_sequence": None,
-            "usage": {"input_tokens": 0, "output_tokens": 0},
+            "usage": {"input_tokens": self.input_estimate, "output_tokens": 0},
         }
         return [sse({"type": "message_start", "message": message})]
 
@@ -142,6 +151,8 @@ class MessageEvents:
         choice = choices[0] if isinstance(choices, list) and choices else None
         if not isinstance(choice, dict) or choice.get("index", 0) != 0:
             return out
+        if isinstance(choice.get("usage"), dict) and not chunk.get("usage"):
+            self._usage = choice["usage"]  # Moonshot streams it inside the finishing choice
         delta = choice.get("delta")
         if isinstance(delta, dict):
             self._receipts.feed(delta)
@@ -229,6 +240,10 @@ class MessageEvents:
         reason, sequence = stop_reason(self._finish, self._called, self._matched, self._stops)
         delta = {"stop_reason": reason, "stop_sequence": sequence}
         usage = usage_of(self._usage)
+        if "input_tokens" not in usage and self.input_estimate:
+            # No prompt reported: the count message_start gave stands (the SDKs keep a
+            # field message_delta leaves out), and the client's count is the estimate.
+            self._count(ESTIMATED_KIND)
         return message_end(delta, usage)
 
     def whole(self, completion: dict[str, Any]) -> dict[str, Any]:
@@ -238,6 +253,8 @@ class MessageEvents:
             message_id=self.message_id,
             mint=self._mint,
             stop_sequences=self._stops,
+            input_estimate=self.input_estimate,
+            count=self._count,
         )
         signed = any(b["type"] == "thinking" and b["signature"] for b in message["content"])
         choices = completion.get("choices")

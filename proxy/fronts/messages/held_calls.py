@@ -10,8 +10,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.fronts.messages.tool_use_ids import client_id
 from proxy.fronts.turns import call_extras
 from proxy.wire import json_codec
+
+ENCODED_KIND = "messages_tool_use_id_encoded"
+"""A call id outside Anthropic's alphabet went to the client written in it (tool_use_ids.py)."""
 
 
 def tool_use_id(given: Any) -> str:
@@ -80,9 +84,13 @@ class HeldCalls:
             if input_object(arguments) is None:
                 count("tool_input_not_an_object")
                 arguments = "{}"
-            block = {"id": tool_use_id(call.id), "name": call.name}
+            chat_id = tool_use_id(call.id)
+            block = {"id": client_id(chat_id), "name": call.name}
+            if block["id"] != chat_id:
+                count(ENCODED_KIND)
             function = {"name": call.name, "arguments": arguments}
-            chat_call = {"id": block["id"], "type": "function", "function": function, **call.extra}
+            # The kept turn holds the upstream's own id, as the follow-up restores it.
+            chat_call = {"id": chat_id, "type": "function", "function": function, **call.extra}
             out.append(ToolUse(block, arguments, chat_call))
         self._calls.clear()
         return out

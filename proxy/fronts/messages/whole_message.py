@@ -16,12 +16,19 @@ from proxy.fronts.messages.framing import (
     new_message_id,
     sse,
 )
-from proxy.fronts.messages.held_calls import input_object, tool_use_id
+from proxy.fronts.messages.held_calls import ENCODED_KIND, input_object, tool_use_id
+from proxy.fronts.messages.tool_use_ids import client_id
 from proxy.fronts.turns import turn_key
 from proxy.wire import json_codec
 
 Mint = Callable[[str], str]
 """A receipt key -> the signature token for it (receipt_tokens.mint bound to the scope)."""
+ESTIMATED_KIND = "messages_input_tokens_estimated"
+"""The upstream reported no prompt: the client's `input_tokens` is the proxy's estimate."""
+
+
+def _uncounted(kind: str) -> None:
+    """No tally to count on (a caller that only renders)."""
 
 
 def whole(
@@ -31,8 +38,12 @@ def whole(
     message_id: str | None = None,
     mint: Mint | None = None,
     stop_sequences: list[str] | None = None,
+    input_estimate: int = 0,
+    count: Callable[[str], None] = _uncounted,
 ) -> dict[str, Any]:
-    """A non-streamed chat completion (repaired) as a Messages `message` object."""
+    """A non-streamed chat completion (repaired) as a Messages `message` object. Its usage
+    has `input_tokens` as the upstream reported them, else `input_estimate` (counted: the
+    client's count is then the proxy's)."""
     message_id = message_id or new_message_id()
     choices = completion.get("choices")
     choice = choices[0] if isinstance(choices, list) and choices else {}
@@ -57,11 +68,14 @@ def whole(
         if not isinstance(name, str) or not name:
             continue
         arguments = input_object(given) if isinstance(given, str) and given else None
-        call_id = call.get("id") if isinstance(call.get("id"), str) else None
+        call_id = tool_use_id(call.get("id") if isinstance(call.get("id"), str) else None)
+        block_id = client_id(call_id)
+        if block_id != call_id:
+            count(ENCODED_KIND)
         content.append(
             {
                 "type": "tool_use",
-                "id": tool_use_id(call_id),
+                "id": block_id,
                 "name": name,
                 "input": arguments if arguments is not None else {},
             }
@@ -78,15 +92,26 @@ def whole(
         "content": content,
         "stop_reason": reason,
         "stop_sequence": sequence,
-        "usage": usage_of(completion.get("usage")),
+        "usage": whole_usage(completion.get("usage"), input_estimate, count),
     }
+
+
+def whole_usage(usage: Any, input_estimate: int, count: Callable[[str], None]) -> dict[str, int]:
+    """A whole message's usage: `input_tokens` is required there, so when the upstream
+    reported no prompt it is the estimate, and counted."""
+    out = usage_of(usage)
+    if "input_tokens" not in out:
+        if input_estimate:
+            count(ESTIMATED_KIND)
+        out = {"input_tokens": input_estimate, **out}
+    return out
 
 
 def events_of(message: dict[str, Any]) -> list[bytes]:
     """A whole `message` as the events a stream of it would have been: for a client that asked
     to stream from an upstream that answered in one body."""
     start = {**message, "content": [], "stop_reason": None, "stop_sequence": None}
-    start["usage"] = {"input_tokens": message["usage"]["input_tokens"], "output_tokens": 0}
+    start["usage"] = {**message["usage"], "output_tokens": 0}
     out = [sse({"type": "message_start", "message": start})]
     for index, block in enumerate(message["content"]):
         kind = block["type"]

@@ -84,6 +84,10 @@ class Door(ABC, Generic[F, R]):
     relays_refusals: ClassVar[bool] = False
     """True when an upstream's refusal reaches the client as the upstream sent it (its client
     speaks the upstream's protocol); else the door renders it in its own shape."""
+    estimates_tokens: ClassVar[bool] = False
+    """True for a door that says its answer's input tokens before the upstream does (the
+    Messages door's `message_start`): the exchange recalls and teaches the model's input tokens
+    per byte (learning/token_ratios.py)."""
     keeps_turns: ClassVar[bool] = True
     """False for a door whose answers carry no turn to keep (a chat client's receipts are kept
     by the repairs): the runner then never asks its rendering for one."""

@@ -21,8 +21,10 @@ from proxy.fronts.messages import events as message_events
 from proxy.fronts.messages.request import Translated, error_body, translate
 from proxy.fronts.turns import restore_turns
 from proxy.learning.refused_parts import RefusedPart
+from proxy.learning.token_ratios import GUESSED
 from proxy.server.doors.door import Arrival
-from proxy.server.doors.translated import TranslatedDoor
+from proxy.server.doors.translated import TranslatedDoor, TranslatedRendering
+from proxy.server.record import ExchangeRecord
 from proxy.upstream.headers import RawHeaders
 from proxy.wire import json_codec
 from proxy.wire.error_bodies import read_error
@@ -37,6 +39,7 @@ class MessagesDoor(TranslatedDoor[Translated, message_events.MessageEvents]):
     name = "messages"
     path = "/v1/messages"
     store_failed_kind = STORE_FAILED_KIND
+    estimates_tokens = True
     query_parameters = frozenset({"beta"})
     """Claude Code asks every request as `POST /v1/messages?beta=true` (Anthropic's TypeScript
     SDK calls its beta resources so): a marker Anthropic's own API reads and a chat upstream
@@ -90,11 +93,23 @@ class MessagesDoor(TranslatedDoor[Translated, message_events.MessageEvents]):
         return translated
 
     def translator(
-        self, front: Translated, body: dict[str, Any], arrival: Arrival
+        self, front: Translated, body: dict[str, Any], arrival: Arrival, input_estimate: int = 0
     ) -> message_events.MessageEvents:
         return message_events.MessageEvents(
-            front.model, mint=arrival.turns.mint, stop_sequences=front.stop_sequences
+            front.model,
+            mint=arrival.turns.mint,
+            stop_sequences=front.stop_sequences,
+            input_estimate=input_estimate,
         )
+
+    def rendering(
+        self, front: Translated, body: dict[str, Any], arrival: Arrival, record: ExchangeRecord
+    ) -> TranslatedRendering[message_events.MessageEvents]:
+        """The events, their `message_start` carrying the prompt's estimate: the chat request
+        as sent, at what this upstream and model's answers taught (learning/token_ratios.py)."""
+        ratio = record.tokens or GUESSED
+        estimate = ratio.estimate(record.sent_bytes or 0)
+        return TranslatedRendering(self.translator(front, body, arrival, estimate))
 
     def whole_body(
         self,
