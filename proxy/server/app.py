@@ -192,7 +192,8 @@ def create_app(
             for door in DOORS
             if door is not CHAT
         ),
-        Route("/v1/responses/{rest:path}", not_offered),
+        # Every method: a POST (`/compact`, `/cancel`) must not fall through to the upstream.
+        Route("/v1/responses/{rest:path}", not_offered, methods=["GET", "POST", "DELETE"]),
         Route("/v1/messages/count_tokens", proxy.count_tokens, methods=["POST"]),
         Route(
             "/v1/{path:path}",
