@@ -166,3 +166,28 @@ def test_compact_endpoint_is_not_offered() -> None:
             timeout=30,
         )
         assert answer.status_code == 501
+
+
+def test_the_compaction_and_its_restoring_are_counted() -> None:
+    provider = PROVIDERS["deepseek"]
+    headers = {"authorization": "Bearer sk-test"}
+    with behind_proxy(provider, script=[[TextStep(SUMMARY)]]) as (fake, _, proxy):
+        history = [{"role": "user", "content": "hello"}]
+        compacted = httpx.post(
+            f"{proxy}/responses",
+            json={"model": provider.model, "input": [*history, TRIGGER], "store": False},
+            headers=headers,
+            timeout=30,
+        )
+        assert compacted.status_code == 200, compacted.text
+        assert "responses_compaction_summarised:1" in compacted.headers["x-streamfix-repairs"]
+        item = compacted.json()["output"][0]
+        follow_up = httpx.post(
+            f"{proxy}/responses",
+            json={"model": provider.model, "input": [*history, item], "store": False},
+            headers=headers,
+            timeout=30,
+        )
+        assert follow_up.status_code == 200, follow_up.text
+        assert "responses_compaction_restored:1" in follow_up.headers["x-streamfix-repairs"]
+        assert fake.requests[-1].json["messages"][-1]["content"] == SUMMARY_PREFIX + SUMMARY
