@@ -204,7 +204,8 @@ def create_app(
         ),
         # Codex's Responses transport when its provider says `supports_websockets = true`.
         WebSocketRoute(RESPONSES.path, proxy.door_socket(RESPONSES)),
-        Route("/v1/responses/{rest:path}", not_offered),
+        # Every method: a POST (`/compact`, `/cancel`) must not fall through to the upstream.
+        Route("/v1/responses/{rest:path}", not_offered, methods=["GET", "POST", "DELETE"]),
         Route("/v1/messages/count_tokens", proxy.count_tokens, methods=["POST"]),
         Route(
             "/v1/{path:path}",

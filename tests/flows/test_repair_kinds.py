@@ -659,6 +659,8 @@ COVERED_ELSEWHERE = {
     "responses_receipt_token_unknown": "test_a_valid_token_whose_turn_is_gone_is_counted",
     "responses_receipts_restored": "test_a_reasoning_token_restores_the_turns_receipts",
     "responses_store_failed": "test_a_failed_store_write_is_counted_and_the_answer_still",
+    "responses_compaction_summarised": "test_the_compaction_and_its_restoring_are_counted",
+    "responses_compaction_restored": "test_the_compaction_and_its_restoring_are_counted",
     # The Messages front's kinds: its request and events translators (tests/fronts/) and a
     # real Anthropic SDK through the proxy.
     "thinking_signature_dropped": "test_a_tampered_signature_is_dropped_and_counted",

@@ -6,7 +6,9 @@ than OpenAI's reject or ignore); a run of assistant-side items (assistant `messa
 `function_call`, `custom_tool_call`, `reasoning`) folded into one assistant chat message, its
 calls' ids the `call_id`s; each `*_call_output` a `tool` message; a reasoning item's
 `encrypted_content` a receipt token, read back into the receipts of the assistant message of
-its run; an `item_reference` looked up in the store.
+its run; an `item_reference` looked up in the store; Codex's `compaction_trigger` (last, once)
+marks a compaction turn, and a `compaction` item it sends back becomes its summary
+(compaction.py).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 from proxy.fronts.quoted import quoted
 from proxy.fronts.receipt_tokens import read as read_token
+from proxy.fronts.responses.compaction import ITEM, RESTORED_KIND, TRIGGER, summary_message
 from proxy.fronts.responses.input_content import chat_content, joined_text, json_text, output_text
 from proxy.fronts.responses.openai_errors import FrontError, invalid
 from proxy.fronts.responses.translation import (
@@ -41,6 +44,8 @@ class _Folder:
         self.assistant: Message | None = None
         self.receipts: list[tuple[Message, str]] = []
         """(assistant message, receipt key) for each valid token: restored at the end."""
+        self.summaries: list[tuple[Message, str, str]] = []
+        """(summary message, store key, where) for each compaction item: filled at the end."""
 
     def open_assistant(self) -> Message:
         if self.assistant is None:
@@ -73,6 +78,8 @@ class _Folder:
             )
         elif kind == "reasoning":
             self._reasoning(item)
+        elif kind == ITEM:
+            self._compaction(item, where)
         else:
             raise invalid(f"{where}.type", f"input items of type {quoted(kind)} are not supported")
 
@@ -109,6 +116,17 @@ class _Folder:
             {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
         )
 
+    def _compaction(self, item: Item, where: str) -> None:
+        self.close_assistant()
+        token = item.get("encrypted_content")
+        scope = self.lookups.token_scope
+        key = read_token(token, scope) if isinstance(token, str) and scope else None
+        if key is None or not key.startswith("compaction:"):
+            raise _lost_compaction(where, "was not issued by this proxy for this key")
+        message = summary_message("")
+        self.messages.append(message)
+        self.summaries.append((message, key, where))
+
     def _reasoning(self, item: Item) -> None:
         token = item.get("encrypted_content")
         message = self.open_assistant()
@@ -137,6 +155,7 @@ async def input_messages(input_: Any, lookups: Lookups, translation: Translation
         and item.get("type") == "item_reference"
         and isinstance(item.get("id"), str)
     ]
+    input_ = _without_trigger(input_, translation)
     found = await lookups.items(references) if references else {}
     folder = _Folder(lookups, translation)
     for position, item in enumerate(input_):
@@ -155,7 +174,44 @@ async def input_messages(input_: Any, lookups: Lookups, translation: Translation
             translation.count("responses_item_reference")
             item = resolved
         folder.add(item, where)
+    for message, key, where in folder.summaries:
+        summary = await lookups.summary(key)
+        if summary is None:
+            raise _lost_compaction(where, "names a summary no longer kept (the store's TTL)")
+        message["content"] += summary
+        translation.count(RESTORED_KIND)
     restored, unknown = await restore_turns(folder.receipts, lookups.turn)
     translation.count("responses_receipt_token_unknown", unknown)
     translation.count("responses_receipts_restored", restored)
     return folder.messages
+
+
+def _without_trigger(input_: list[Any], translation: Translation) -> list[Any]:
+    """`input` without Codex's `compaction_trigger`, which marks the turn a compaction; it may
+    stand only last, once (as Codex sends it)."""
+    where = [
+        position
+        for position, item in enumerate(input_)
+        if isinstance(item, dict) and item.get("type") == TRIGGER
+    ]
+    if not where:
+        return input_
+    if where != [len(input_) - 1]:
+        raise invalid(
+            f"input[{where[0]}]", f"a {quoted(TRIGGER)} item may stand only once, as the last item"
+        )
+    translation.compacting = True
+    return input_[:-1]
+
+
+def _lost_compaction(where: str, why: str) -> FrontError:
+    """A compaction item whose summary cannot be had. Refused rather than dropped: the model
+    would go on without everything the summary held. Codex sends the item on every later turn,
+    so the session cannot go on: the words say so."""
+    return FrontError(
+        400,
+        f"{where}: this compaction item {why}; its summary cannot be restored. Start a new "
+        "session: this one's history now rests on it",
+        "invalid_value",
+        where,
+    )

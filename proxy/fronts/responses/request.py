@@ -14,6 +14,9 @@ openai-python send (RESPONSES.md §1 and §3):
   function of one string argument `input`, `namespace` flattened to `ns__name`; hosted tools
   are dropped (Codex's `web_search` with `external_web_access: false` is one).
 - `previous_response_id`: the stored transcript, then the new input.
+- Codex's `compaction_trigger` (last in `input`): the upstream is asked for a summary of the
+  conversation instead, answered as one `compaction` item; a `compaction` item sent back is
+  that summary again (compaction.py).
 
 Hints without a chat counterpart are ignored; what would change the answer and cannot be
 honoured is refused with OpenAI's 400 `unsupported_parameter`, naming the parameter.
@@ -29,6 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.fronts.responses.chat_tools import HOSTED_TOOLS, chat_tools
+from proxy.fronts.responses.compaction import summarising
 from proxy.fronts.responses.input_items import ASSISTANT_SIDE, CALL_OUTPUTS, input_messages
 from proxy.fronts.responses.openai_errors import FrontError, invalid, openai_error, unsupported
 from proxy.fronts.responses.request_parameters import IGNORED, map_parameters, refuse
@@ -102,4 +106,13 @@ async def translate(body: dict[str, Any], lookups: Lookups) -> Translation:
     if tools:
         chat["tools"] = tools
     map_parameters(body, chat, translation, tools)
+    if translation.compacting:
+        if not lookups.token_scope:
+            raise FrontError(
+                400,
+                "a compaction's summary is kept per key: send the request with one",
+                "invalid_request",
+                f"input[{len(body['input']) - 1}]",
+            )
+        summarising(translation)
     return translation

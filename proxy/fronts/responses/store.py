@@ -10,6 +10,9 @@ scoped per tenant and upstream.
   assistant turn, without the `instructions` (OpenAI does not carry them over a
   `previous_response_id`), for a continuation.
 - `item:{item id}`: an output item, for an `item_reference` (the AI SDK with `store` unset).
+- `compaction:{response id}`: the summary a compaction turn wrote (compaction.py), named by
+  the token in the compaction item's `encrypted_content`; kept whatever `store` says (Codex
+  sends `store: false` and needs it back).
 
 A transcript larger than MAX_TRANSCRIPT_BYTES is not kept (a continuation of it is then
 answered `previous_response_not_found`, as after its TTL): no client may grow the store
@@ -35,6 +38,12 @@ class ResponsesStore(TurnStore):
         found = await self.get(f"resp:{response_id}")
         messages = found.get("messages") if found else None
         return messages if isinstance(messages, list) else None
+
+    async def summary(self, key: str) -> str | None:
+        """A compaction's summary (fronts/responses/compaction.py) by its key."""
+        found = await self.get(key)
+        summary = found.get("summary") if found else None
+        return summary if isinstance(summary, str) else None
 
     async def items(self, item_ids: list[str]) -> dict[str, dict[str, Any]]:
         if not self.usable or not item_ids:

@@ -18,6 +18,10 @@ CUSTOM_INPUT = "input"
 """A custom tool is offered as a function of this one string argument."""
 
 
+async def _no_summary(key: str) -> str | None:
+    return None
+
+
 @dataclass
 class Lookups:
     """What the translation reads from the store (store.py's ResponsesStore in the server; plain
@@ -27,6 +31,8 @@ class Lookups:
     turn: Callable[[str], Awaitable[Message | None]]
     items: Callable[[list[str]], Awaitable[dict[str, Item]]]
     token_scope: str = ""
+    summary: Callable[[str], Awaitable[str | None]] = _no_summary
+    """A compaction's summary by its store key (compaction.py)."""
 
 
 @dataclass
@@ -41,6 +47,8 @@ class Translation:
     custom_tools: frozenset[str] = frozenset()
     namespaced: dict[str, tuple[str, str]] = field(default_factory=dict)
     """Flattened name -> (namespace, name)."""
+    compacting: bool = False
+    """The input ended with Codex's `compaction_trigger`: the answer is one compaction item."""
     counts: dict[str, int] = field(default_factory=dict)
     """What the bridge did, by repair kind (booked on the exchange)."""
 

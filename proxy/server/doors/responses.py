@@ -19,6 +19,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from proxy.fronts.responses.compaction import CompactionEvents, compaction_key
 from proxy.fronts.responses.events import CLEAN, ResponsesEvents, completion_chunk, whole
 from proxy.fronts.responses.openai_errors import completed_error
 from proxy.fronts.responses.request import Lookups, Translation, openai_error, translate
@@ -75,12 +76,19 @@ class ResponsesDoor(TranslatedDoor[Translation, ResponsesEvents]):
 
     async def translate(self, body: dict[str, Any], arrival: Arrival) -> Translation:
         store = _store(arrival)
-        lookups = Lookups(store.transcript, store.turn, store.items, store.token_scope)
+        lookups = Lookups(
+            store.transcript, store.turn, store.items, store.token_scope, store.summary
+        )
         return await translate(body, lookups)
 
     def translator(
         self, front: Translation, body: dict[str, Any], arrival: Arrival
     ) -> ResponsesEvents:
+        if front.compacting:
+            compaction = CompactionEvents(front, body)
+            if arrival.turns.usable:
+                compaction.token = arrival.turns.mint(compaction_key(compaction.id))
+            return compaction
         events = ResponsesEvents(front, body)
         if arrival.turns.usable:
             events.token = arrival.turns.mint(turn_key(events.id))
@@ -103,11 +111,14 @@ class ResponsesDoor(TranslatedDoor[Translation, ResponsesEvents]):
         turn: dict[str, Any] | None,
     ) -> dict[str, dict[str, Any]]:
         """When the client stores: the repaired transcript (what went upstream, this answer
-        last) for `previous_response_id`, and the output items for `item_reference`."""
+        last) for `previous_response_id`, and the output items for `item_reference`. A
+        compaction's summary whatever `store` says."""
+        translator = rendering.translator
+        if isinstance(translator, CompactionEvents):
+            return translator.records()
         if turn is None or not front.store:
             return {}
         transcript = [*front.transcript_without_instructions(forwarded["messages"]), turn]
-        translator = rendering.translator
         return records(translator.id, transcript, translator.output)
 
 
@@ -123,7 +134,9 @@ def _json(status: int, body: dict[str, Any]) -> Response:
 
 
 async def not_offered(request: Request) -> Response:
-    """GET /v1/responses/{id}, /input_items, /cancel, /compact: not offered, said plainly."""
+    """GET /v1/responses/{id}, /input_items, /cancel, /compact: not offered, said plainly.
+    `/compact` too: Codex no longer calls it (its remote compaction is a `compaction_trigger`
+    on `/v1/responses`, served there), and no other client this bridge serves does."""
     message = (
         "streamfix's Responses bridge does not offer "
         f"{request.method} {request.url.path}: responses are answered and kept only for "
