@@ -41,6 +41,9 @@ class Translation:
     custom_tools: frozenset[str] = frozenset()
     namespaced: dict[str, tuple[str, str]] = field(default_factory=dict)
     """Flattened name -> (namespace, name)."""
+    files: list[str] = field(default_factory=list)
+    """Where the request's `input_file` parts are (`input[0].content[1]`): named should the
+    upstream refuse chat's `file` parts."""
     counts: dict[str, int] = field(default_factory=dict)
     """What the bridge did, by repair kind (booked on the exchange)."""
 
