@@ -95,11 +95,18 @@ class RefusedPart:
         """Nothing to adjust: the request is answered before any repair runs."""
         return rules
 
-    def message(self, places: list[str], model: object, said: str | None, block: str = "") -> str:
+    def message(
+        self,
+        places: list[str],
+        model: object,
+        said: str | None,
+        block: str = "",
+        instead: str = "",
+    ) -> str:
         """The 400's words: where the parts are, that this upstream refuses them for this
         model (in its own words when it just said so), and what to do instead. `block` names
         what the client sent that became such a part (a front's `document` block); "" when
-        the client sent the part itself."""
+        the client sent the part itself. `instead` names the front's text alternative."""
         where = ", ".join(places) or "the request"
         why = (
             f"it answered: {said}"
@@ -112,7 +119,7 @@ class RefusedPart:
             if block
             else f"this upstream refuses a {kind}"
         )
-        text = "a `text` document or a text block" if block else "a text part"
+        text = instead or ("a `text` document or a text block" if block else "a text part")
         return (
             f"{where}: {refused} for model {str(model)!r} ({why}). Send the document's text "
             f"instead ({text}), or use a model that reads PDFs."

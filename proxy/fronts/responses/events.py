@@ -100,6 +100,8 @@ class ResponsesEvents:
         self.token = token
         """The receipt token minted for this response's turn (None: no tenant, none kept)."""
         self.created_at = int(time.time()) if created_at is None else created_at
+        self.completed_at: int | None = None
+        """When the answer ended completed (the spec's `completed_at`; null otherwise)."""
         self.items: list[Item] = []
         self.usage: dict[str, Any] | None = None
         self.finish_reason: str | None = None
@@ -233,6 +235,7 @@ class ResponsesEvents:
                 self.status, self.incomplete = "incomplete", {"reason": reason}
             else:
                 self.status = "completed"
+                self.completed_at = max(self.created_at, int(time.time()))
         else:
             self.status = "failed"
             self.error = error_of(end)
@@ -304,6 +307,7 @@ class ResponsesEvents:
             self.request,
             response_id=self.id,
             created_at=self.created_at,
+            completed_at=self.completed_at,
             status=self.status,
             error=self.error,
             incomplete=self.incomplete,

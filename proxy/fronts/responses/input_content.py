@@ -1,6 +1,14 @@
 """A Responses message's content and a call's output as chat content: text parts
-(`input_text`, `output_text`, `refusal`) and images (`input_image`) become chat's parts, one
-text stays a plain string (what every chat upstream takes)."""
+(`input_text`, `output_text`, `refusal`), images (`input_image`) and files (`input_file`)
+become chat's parts, one text stays a plain string (what every chat upstream takes).
+
+An `input_file` is chat's `file` part, as the Messages door sends a PDF (fronts/messages/
+media.py): `file_data` as the client gave it (a `data:` URL or base64, which chat's `file_data`
+takes alike), a `file_url` as the part's `file_data` (as OpenRouter reads a URL there; the
+proxy never fetches it), a `file_id` as chat's `file_id` (a file on the upstream's own store,
+where the client put it); the `filename` when the client named it. An upstream that refuses
+`file` parts is learned (learning/refused_parts.py) and answered 400 naming the `input_file`.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +19,11 @@ from proxy.fronts.responses.openai_errors import invalid
 from proxy.wire import json_codec
 
 
-def chat_content(content: Any, where: str) -> str | list[dict[str, Any]]:
-    """A Responses content -> chat content: one text stays a string, images become parts."""
+def chat_content(
+    content: Any, where: str, files: list[str] | None = None
+) -> str | list[dict[str, Any]]:
+    """A Responses content -> chat content: one text stays a string, images and files become
+    parts (each file's place appended to `files`, to name it should the upstream refuse it)."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
@@ -35,11 +46,33 @@ def chat_content(content: Any, where: str) -> str | list[dict[str, Any]]:
             if part.get("detail") in ("low", "high"):
                 image["detail"] = part["detail"]
             parts.append({"type": "image_url", "image_url": image})
+        elif kind == "input_file":
+            parts.append(file_part(part, here))
+            if files is not None:
+                files.append(here)
         else:
             raise invalid(f"{here}.type", f"content parts of type {quoted(kind)} are not supported")
     if all(part["type"] == "text" for part in parts) and len(parts) <= 1:
         return parts[0]["text"] if parts else ""
     return parts
+
+
+def file_part(part: dict[str, Any], where: str) -> dict[str, Any]:
+    """An `input_file` -> chat's `file` part (`file_data`, else `file_url`, else `file_id`)."""
+    file: dict[str, Any] = {}
+    filename = part.get("filename")
+    if filename is not None:
+        file["filename"] = _text(filename, f"{where}.filename")
+    for name, chat_name in (
+        ("file_data", "file_data"),
+        ("file_url", "file_data"),
+        ("file_id", "file_id"),
+    ):
+        value = part.get(name)
+        if value is not None:
+            file[chat_name] = _text(value, f"{where}.{name}")
+            return {"type": "file", "file": file}
+    raise invalid(where, "an input_file needs its file_data, file_url or file_id")
 
 
 def _text(text: Any, where: str) -> str:

@@ -87,7 +87,7 @@ class _Folder:
         role = item.get("role")
         if role not in ("user", "system", "developer", "assistant"):
             raise invalid(f"{where}.role", f"unknown role {quoted(role)}")
-        content = chat_content(item.get("content"), where)
+        content = chat_content(item.get("content"), where, self.translation.files)
         if role == "assistant":
             message = self.open_assistant()
             text = content if isinstance(content, str) else joined_text(content)

@@ -1,9 +1,9 @@
 """`streamfix replay` and `streamfix explain` on a Responses exchange: what a comparison of
-today's answer with the recorded one sets aside. Each answer mints its response id and
-`created_at`, its items' ids, the `encrypted_content` token naming its turn and an id for a
-call that came without one (fronts/minted.py). The keepalives of the recording
-(`response.in_progress` events after the first) depend on timing, not on the repairs: they are
-left out, and the sequence numbers counted again without them.
+today's answer with the recorded one sets aside. Each answer mints its response id,
+`created_at` and `completed_at`, its items' ids, the `encrypted_content` token naming its
+turn and an id for a call that came without one (fronts/minted.py). The keepalives of the
+recording (`response.in_progress` events after the first) depend on timing, not on the
+repairs: they are left out, and the sequence numbers counted again without them.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from proxy.wire.sse import SSEDecoder
 
 _STREAM_START = b"event: response.created"
 _KEEPALIVE = "response.in_progress"
-MINTED = ("id", "created_at", "encrypted_content", "call_id")
+MINTED = ("id", "created_at", "completed_at", "encrypted_content", "call_id")
 
 
 def _json(data: str | bytes | None) -> Any:

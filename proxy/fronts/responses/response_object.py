@@ -5,6 +5,13 @@ Exactly one terminal event per response: `response.completed`, `response.incompl
 `incomplete_details.reason`: `max_output_tokens` when the upstream said `length`,
 `content_filter`) or `response.failed` (with the upstream's error, or the proxy's words for a
 broken-off stream). Usage is complete or null: Codex fails a turn without `total_tokens`.
+
+Every field the Open Responses schema requires of the object is there (its `ResponseResource`,
+tests/fronts/responses/spec/): the request's parameters echoed, the schema's defaults where
+the request said nothing (`presence_penalty` 0, `top_logprobs` 0, `service_tier` "default"),
+null only where the schema takes null. An echoed function tool carries `description`,
+`parameters` and `strict` as the request said (null when it said nothing: the schema's
+"not set").
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ def response_object(
     *,
     response_id: str,
     created_at: int,
+    completed_at: int | None = None,
     status: str,
     error: dict[str, Any] | None,
     incomplete: dict[str, Any] | None,
@@ -48,28 +56,56 @@ def response_object(
         "id": response_id,
         "object": "response",
         "created_at": created_at,
+        "completed_at": completed_at,
         "status": status,
         "background": False,
         "error": error,
         "incomplete_details": incomplete,
         "instructions": request.get("instructions"),
         "max_output_tokens": request.get("max_output_tokens"),
+        "max_tool_calls": _echoed(request, "max_tool_calls", int, None),
         "model": model,
         "output": output,
-        "parallel_tool_calls": request.get("parallel_tool_calls", True),
+        "parallel_tool_calls": _echoed(request, "parallel_tool_calls", bool, True),
         "previous_response_id": request.get("previous_response_id"),
         "reasoning": {"effort": reasoning.get("effort"), "summary": reasoning.get("summary")},
         "store": store,
-        "temperature": request.get("temperature", 1.0),
+        "temperature": _echoed(request, "temperature", float, 1.0),
+        "top_p": _echoed(request, "top_p", float, 1.0),
+        "presence_penalty": _echoed(request, "presence_penalty", float, 0.0),
+        "frequency_penalty": _echoed(request, "frequency_penalty", float, 0.0),
+        "top_logprobs": _echoed(request, "top_logprobs", int, 0),
         "text": request.get("text") or {"format": {"type": "text"}},
-        "tool_choice": request.get("tool_choice", "auto"),
-        "tools": request.get("tools") or [],
-        "top_p": request.get("top_p", 1.0),
-        "truncation": request.get("truncation", "disabled"),
+        "tool_choice": request.get("tool_choice") or "auto",
+        "tools": [echoed_tool(tool) for tool in request.get("tools") or []],
+        "truncation": request.get("truncation") or "disabled",
         "usage": usage_of(usage),
-        "user": None,
+        "user": _echoed(request, "user", str, None),
         "metadata": request.get("metadata") or {},
+        "service_tier": _echoed(request, "service_tier", str, "default"),
+        "safety_identifier": _echoed(request, "safety_identifier", str, None),
+        "prompt_cache_key": _echoed(request, "prompt_cache_key", str, None),
     }
+
+
+def _echoed(request: dict[str, Any], name: str, kind: type, default: Any) -> Any:
+    """The request's `name` when it is a `kind` (an int is a float, a bool is no number),
+    else `default`: what the response says was used."""
+    value = request.get(name)
+    if isinstance(value, bool) and kind is not bool:
+        return default
+    if kind is float:
+        return value if isinstance(value, int | float) else default
+    return value if isinstance(value, kind) else default
+
+
+def echoed_tool(tool: Any) -> Any:
+    """A function tool as the request gave it, with the fields the schema requires of an
+    echoed one (`description`, `parameters`, `strict`: null when the request left them out).
+    Other tools are echoed unchanged."""
+    if not isinstance(tool, dict) or tool.get("type") != "function":
+        return tool
+    return {"description": None, "parameters": None, "strict": None, **tool}
 
 
 def usage_of(usage: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -49,6 +49,9 @@ class Translation:
     """Flattened name -> (namespace, name)."""
     compacting: bool = False
     """The input ended with Codex's `compaction_trigger`: the answer is one compaction item."""
+    files: list[str] = field(default_factory=list)
+    """Where the request's `input_file` parts are (`input[0].content[1]`): named should the
+    upstream refuse chat's `file` parts."""
     counts: dict[str, int] = field(default_factory=dict)
     """What the bridge did, by repair kind (booked on the exchange)."""
 

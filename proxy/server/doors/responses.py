@@ -25,6 +25,7 @@ from proxy.fronts.responses.openai_errors import completed_error
 from proxy.fronts.responses.request import Lookups, Translation, openai_error, translate
 from proxy.fronts.responses.store import ResponsesStore, records
 from proxy.fronts.turns import turn_key
+from proxy.learning.refused_parts import RefusedPart
 from proxy.server.doors.door import Arrival
 from proxy.server.doors.translated import TranslatedDoor, TranslatedRendering
 from proxy.wire import json_codec
@@ -73,6 +74,16 @@ class ResponsesDoor(TranslatedDoor[Translation, ResponsesEvents]):
                 said.type or kind,
             ),
         )
+
+    def part_refused(
+        self, front: Translation, part: RefusedPart, model: object, said: str | None
+    ) -> Response:
+        """The `input_file` parts the refused `file` parts came from, by their places in the
+        client's request (`input[0].content[1]`)."""
+        message = part.message(
+            front.files, model, said, block="an `input_file` part", instead="an `input_text` part"
+        )
+        return self.error(400, message, part.refused_kind)
 
     async def translate(self, body: dict[str, Any], arrival: Arrival) -> Translation:
         store = _store(arrival)
