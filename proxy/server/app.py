@@ -23,6 +23,7 @@ from proxy.routing.routes import Router
 from proxy.server.asgi import StreamfixApp, http_error, internal_error
 from proxy.server.body_limits import BodyBudget
 from proxy.server.chat_request import model_of
+from proxy.server.codex_models import asks_for_codex_catalog, codex_models
 from proxy.server.count_tokens import count_tokens
 from proxy.server.delivery import relay
 from proxy.server.door_socket import serve_door_socket
@@ -163,6 +164,13 @@ class Proxy:
     async def count_tokens(self, request: Request) -> Response:
         return await count_tokens(self.exchanges, self.router, request)
 
+    async def models(self, request: Request) -> Response:
+        """Codex's catalog fetch is answered here (codex_models.py); any other listing is the
+        upstream's."""
+        if asks_for_codex_catalog(request):
+            return await codex_models(self.exchanges, self.router, request)
+        return await self.passthrough(request)
+
     async def passthrough(self, request: Request) -> Response:
         exchanges = self.exchanges
         request_id = request.headers.get("x-request-id") or new_request_id()
@@ -207,6 +215,7 @@ def create_app(
         # Every method: a POST (`/compact`, `/cancel`) must not fall through to the upstream.
         Route("/v1/responses/{rest:path}", not_offered, methods=["GET", "POST", "DELETE"]),
         Route("/v1/messages/count_tokens", proxy.count_tokens, methods=["POST"]),
+        Route("/v1/models", proxy.models, methods=["GET"]),
         Route(
             "/v1/{path:path}",
             proxy.passthrough,

@@ -69,19 +69,36 @@ def run_codex(
     work: Path | None = None,
     home: Path | None = None,
     config: tuple[str, ...] = (),
+    key_command: bool = False,
 ) -> list[dict[str, Any]]:
     """One `codex exec` run; its `--json` events. `work` is the workspace and `home` Codex's
     CODEX_HOME (temporary ones when None); each of `config` is one more `-c key=value`
-    override."""
+    override. With `key_command` the provider reads its key from a command
+    (`auth = {command = "printenv", ...}`, the README's setup) instead of `env_key`: Codex then
+    fetches its model catalog from the proxy."""
     if work is None or home is None:
         with tempfile.TemporaryDirectory() as temporary:
             work = work or Path(temporary) / "work"
             home = home or Path(temporary) / "home"
             work.mkdir(exist_ok=True)
             home.mkdir(exist_ok=True)
-            return run_codex(base_url, model, prompt, key, work=work, home=home, config=config)
+            return run_codex(
+                base_url,
+                model,
+                prompt,
+                key,
+                work=work,
+                home=home,
+                config=config,
+                key_command=key_command,
+            )
+    credential = (
+        'auth={command="printenv",args=["SF_CODEX_KEY"]}'
+        if key_command
+        else 'env_key="SF_CODEX_KEY"'
+    )
     provider = (
-        f'{{name="sf",base_url="{base_url}",wire_api="responses",env_key="SF_CODEX_KEY",'
+        f'{{name="sf",base_url="{base_url}",wire_api="responses",{credential},'
         "supports_websockets=false,request_max_retries=0,stream_max_retries=0}"
     )
     overrides = [part for value in config for part in ("-c", value)]
