@@ -36,10 +36,10 @@ DSML = "\uff5cDSML\uff5c"
 
 
 def dsml(opener: str, closer: str, space: str = "") -> str:
-    """A DSML block (DeepSeek V3.2 / V4 / V4.1) with the tags spelled `<｜DSML｜{space}invoke`."""
+    """A DSML block (DeepSeek V3.2 / V4 / V4.1), its tags spelled `<|DSML|{space}invoke`."""
     tag = DSML + space
     return (
-        f"<{DSML}{opener}>\n<{tag}invoke name=\"get_weather\">\n<{tag}parameter name=\"city\" "
+        f'<{DSML}{opener}>\n<{tag}invoke name="get_weather">\n<{tag}parameter name="city" '
         f'string="true">Paris</{tag}parameter>\n</{tag}invoke>\n<{tag}invoke name="get_forecast">'
         f'\n<{tag}parameter name="city" string="true">Tokyo</{tag}parameter>\n<{tag}parameter '
         f'name="days" string="false">3</{tag}parameter>\n</{tag}invoke>\n</{DSML}{closer}>'
