@@ -224,7 +224,7 @@ def test_an_mcp_tool_name_over_64_characters_is_renamed_and_restored(rule: str) 
         assert all(MCP_NAME not in json.dumps(r) for r in fake.chat_requests)
 
 
-@pytest.mark.parametrize("family", ["hermes", "qwen3_coder", "kimi_k2", "glm"])
+@pytest.mark.parametrize("family", ["hermes", "qwen3_coder", "kimi_k2", "glm", "deepseek_v41"])
 def test_tool_calls_written_as_text_become_tool_use_blocks(family: str) -> None:
     """A vLLM / llama.cpp model whose tool parser missed: its markup arrives as text, the chat
     side turns it into calls, and the Anthropic SDK gets `tool_use` blocks; the follow-up is

@@ -13,8 +13,10 @@ The request's `model` picks what the "model" writes: `FAMILY[/VARIANT...]`, comp
   `deepseek` (V3.1: `<|tool calls begin|><|tool call begin|>NAME<|tool sep|>{json}
   <|tool call end|><|tool calls end|>`, written here with ASCII `|` and spaces for the
   fullwidth bar and the U+2581 separator of the real tokens), `mistral` (tokenizer v11+:
-  `[TOOL_CALLS]NAME[ARGS]{json}`, no closing marker) or `minimax_m2` (`<minimax:tool_call>
-  <invoke name="NAME"><parameter name="K">V</parameter></invoke></minimax:tool_call>`), each
+  `[TOOL_CALLS]NAME[ARGS]{json}`, no closing marker), `minimax_m2` (`<minimax:tool_call>
+  <invoke name="NAME"><parameter name="K">V</parameter></invoke></minimax:tool_call>`) or
+  `deepseek_v41` (DeepSeek V4.1's DSML: `<|DSML| calls><|DSML| invoke name="NAME"><|DSML|
+  parameter name="K" string="true">V</|DSML| parameter></|DSML| invoke></|DSML| calls>`), each
   with the line breaks its chat template writes; see FAMILIES.
 - VARIANT `prefixed`: the model writes PREFIX before the markup;
   `parallel`: two calls (PARIS, then TOKYO);
@@ -219,6 +221,30 @@ def _minimax_m2(calls: list[tuple[str, dict[str, Any]]]) -> str:
     )
 
 
+def _dsml_v41_tag(name: str) -> str:
+    # DeepSeek V4.1's encoder: the fullwidth-barred marker, then a space, in every tag.
+    return "\uff5cDSML\uff5c " + name
+
+
+def _deepseek_v41(calls: list[tuple[str, dict[str, Any]]]) -> str:
+    def parameter(key: str, value: Any) -> str:
+        typed = "true" if isinstance(value, str) else "false"
+        text = value if isinstance(value, str) else _json(value)
+        return (
+            f'<{_dsml_v41_tag("parameter")} name="{key}" string="{typed}">{text}'
+            f"</{_dsml_v41_tag('parameter')}>\n"
+        )
+
+    def invoke(name: str, args: dict[str, Any]) -> str:
+        parameters = "".join(parameter(k, v) for k, v in args.items())
+        return (
+            f'<{_dsml_v41_tag("invoke")} name="{name}">\n{parameters}</{_dsml_v41_tag("invoke")}>\n'
+        )
+
+    block = _dsml_v41_tag("calls")
+    return f"<{block}>\n" + "".join(invoke(n, a) for n, a in calls) + f"</{block}>"
+
+
 FAMILIES: dict[str, Family] = {
     "hermes": Family("hermes", _hermes, ("<tool_call>", "</tool_call>", '"arguments"')),
     "qwen3_coder": Family(
@@ -239,6 +265,11 @@ FAMILIES: dict[str, Family] = {
     "mistral": Family("mistral", _mistral, ("[TOOL_CALLS]", "[ARGS]"), id_rule=MISTRAL_ID),
     "minimax_m2": Family(
         "minimax_m2", _minimax_m2, ("<minimax:tool_call>", "<invoke", "<parameter", "</invoke>")
+    ),
+    "deepseek_v41": Family(
+        "deepseek_v41",
+        _deepseek_v41,
+        tuple(f"<{_dsml_v41_tag(m)}" for m in ("calls", "invoke", "parameter")),
     ),
 }
 

@@ -32,6 +32,19 @@ def ds(words: str) -> str:
 
 
 TOKYO = ("get_forecast", {"city": "Tokyo", "days": 3})
+DSML = "\uff5cDSML\uff5c"
+
+
+def dsml(opener: str, closer: str, space: str = "") -> str:
+    """A DSML block (DeepSeek V3.2 / V4 / V4.1), its tags spelled `<|DSML|{space}invoke`."""
+    tag = DSML + space
+    return (
+        f'<{DSML}{opener}>\n<{tag}invoke name="get_weather">\n<{tag}parameter name="city" '
+        f'string="true">Paris</{tag}parameter>\n</{tag}invoke>\n<{tag}invoke name="get_forecast">'
+        f'\n<{tag}parameter name="city" string="true">Tokyo</{tag}parameter>\n<{tag}parameter '
+        f'name="days" string="false">3</{tag}parameter>\n</{tag}invoke>\n</{DSML}{closer}>'
+    )
+
 
 # family -> (the markup as that family writes it, the calls in it). Each form is the one the
 # family's chat template or tool-call guide documents (see test_families_*.py for the sources).
@@ -82,6 +95,16 @@ SAMPLES: dict[str, tuple[str, list[tuple[str, dict]]]] = {
     ),
     "llama3_bare_json": ('{"name": "get_weather", "parameters": {"city": "Paris"}}', [PARIS]),
     "pythonic": ('[get_weather(city="Paris"), get_forecast(city="Tokyo", days=3)]', [PARIS, TOKYO]),
+    # DeepSeek V4's block as its encoder writes it, and the opener misspellings vLLM's
+    # deepseek_v4 parser tolerates (`DSML_TOOL_START_VARIANTS`), closed by the canonical tag.
+    "deepseek_v4_dsml": (dsml("tool_calls", "tool_calls"), [PARIS, TOKYO]),
+    "deepseek_v4_toolcalls": (dsml("toolcalls", "tool_calls"), [PARIS, TOKYO]),
+    "deepseek_v4_tool": (dsml("tool", "tool_calls"), [PARIS, TOKYO]),
+    # DeepSeek V4.1's encoder: a space after the marker in every tag; the model drops it at
+    # times, and falls back to V4's block (vLLM's deepseek_v41 parser reads all of these).
+    "deepseek_v41_dsml": (dsml(" calls", " calls", space=" "), [PARIS, TOKYO]),
+    "deepseek_v41_unspaced": (dsml("calls", " calls"), [PARIS, TOKYO]),
+    "deepseek_v41_call": (dsml(" call", "tool_calls", space=" "), [PARIS, TOKYO]),
     "harmony": (
         "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
         '{"city": "Paris"}<|call|>',
@@ -115,7 +138,7 @@ def test_each_family_is_recognised_at_every_split(name: str) -> None:
 def test_each_family_streams_through_the_chain_as_calls(name: str) -> None:
     before, markup, after = framed(name)
     answer = before + markup + after
-    for width in (1, 3, 8):
+    for width in (1, 3, 8, len(answer)):
         pieces = [answer[i : i + width] for i in range(0, len(answer), width)]
         chunks = [{"choices": [{"index": 0, "delta": {"content": p}}]} for p in pieces]
         finish = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}

@@ -131,6 +131,16 @@ class MiniMaxM2(_Invokes):
 
 
 _DSML = f"{FW}DSML{FW}"
+_SPELLINGS = ("toolcalls", "tool", " calls", "calls", " call")
+"""The block's opening tags DeepSeek V4 and V4.1 write beside `function_calls` / `tool_calls`:
+V4's misspelt openers, and V4.1's spaced opener with the forms it decays to (vLLM's
+`DSML_TOOL_START_VARIANTS` for each)."""
+
+
+def _unspaced(text: str) -> str:
+    """The DSML text with V4.1's space after the marker taken out of its tags (`<|DSML| invoke`
+    is `<|DSML|invoke`), so one reading serves every spelling."""
+    return text.replace(f"<{_DSML} ", f"<{_DSML}").replace(f"</{_DSML} ", f"</{_DSML}")
 
 
 class DeepSeekDsml(_Invokes):
@@ -145,11 +155,24 @@ class DeepSeekDsml(_Invokes):
     from_xml`), a self-closing `<|DSML|invoke name="NAME"/>` for a tool with no parameters
     (SGLang's `_unpack_invoke_match`), and a lone `arguments` or `input` parameter wrapping the
     real arguments, unwrapped when the schema declares no such property (vLLM's
-    `_repair_param_dict`, `DeclaredTools.unwrapped`)."""
+    `_repair_param_dict`, `DeclaredTools.unwrapped`).
+
+    DeepSeek V4 and V4.1 write the block in spellings beside the canonical one, read as vLLM
+    reads them (`vllm/parser/deepseek_v4.py` and `deepseek_v41.py`, each tag a terminal with
+    its tolerated spellings, any closing tag ending any opened block): V4's `tool_calls` opener
+    misspelt `toolcalls` or `tool` (`DSML_TOOL_START_VARIANTS`), and V4.1's encoder, which puts
+    a space after the marker in every tag (`<|DSML| calls>`, `<|DSML| invoke name=…>`,
+    `</|DSML| parameter>`), a space the model drops at times (`<|DSML|calls>`, `<|DSML| call>`,
+    the unspaced V4 tags). `_SPELLINGS` lists them; the span is read with the tags' spacing
+    taken out (`_unspaced`)."""
 
     family = "deepseek_dsml"
-    openers = (f"<{_DSML}function_calls>", f"<{_DSML}tool_calls>")
-    closers = (f"</{_DSML}function_calls>", f"</{_DSML}tool_calls>")
+    openers = (
+        f"<{_DSML}function_calls>",
+        f"<{_DSML}tool_calls>",
+        *(f"<{_DSML}{spelling}>" for spelling in _SPELLINGS),
+    )
+    closers = (f"</{_DSML}function_calls>", f"</{_DSML}tool_calls>", f"</{_DSML} calls>")
     _invoke = f"<{_DSML}invoke name="
     _invoke_end = f"</{_DSML}invoke>"
     _parameter = f"<{_DSML}parameter name="
@@ -158,6 +181,12 @@ class DeepSeekDsml(_Invokes):
     self_closing = True
     unwrap = True
     _attributes = re.compile(r'\s*"([^"]+)"\s+string="(true|false)"\s*')
+
+    def name(self, span: str, opener: str) -> Named:
+        return super().name(opener + _unspaced(span[len(opener) :]), opener)
+
+    def _parse(self, body: str) -> list[ParsedCall] | None:
+        return super()._parse(_unspaced(body))
 
     def _body(self, inner: str) -> dict[str, Any] | None:
         if inner.lstrip().startswith("{"):
