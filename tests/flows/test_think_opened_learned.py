@@ -1,11 +1,10 @@
 """Issue 26, part 3: a `</think>` no opener preceded teaches `think_opened_by_template`.
 
 A fake upstream on a plain loopback host whose chat template opens the block streams
-`reasoning</think>answer`, its reasoning longer than the proxy's hold. Through the real proxy
-with the key left "auto": the first streamed answer's content stays as it came (counted
-`reasoning_close_unopened`), the answer ends learned (`think_opened_by_template_learned`), and
-the next request's answer has the reasoning in `reasoning_content`. A route that set the key
-false never learns it."""
+`reasoning</think>answer`. Through the real proxy with the key left "auto": the first answer's
+content stays as it came (counted `reasoning_close_unopened`), the answer ends learned
+(`think_opened_by_template_learned`), and the next request's answer has the reasoning in
+`reasoning_content`. A route that set the key false never learns it."""
 
 from __future__ import annotations
 
@@ -22,14 +21,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from proxy.repair.markup.reasoning import UNOPENED_CLOSE_HOLD
 from tests.support.proxies import running_proxy
 from tests.support.servers import serve_in_thread
 
-# Longer than the hold (UNOPENED_CLOSE_HOLD): the first answer's reasoning is already out as
-# content when its `</think>` comes (tests/flows/test_think_first_answer.py has a short one).
-REASONING = "The user asks about Paris. " * 6
-assert len(REASONING) > UNOPENED_CLOSE_HOLD
+REASONING = "The user asks about Paris."
 ANSWER = "It is sunny in Paris."
 PIECES = [REASONING[:10], REASONING[10:], "</think>", "\n\n", ANSWER]
 TEXT = "".join(PIECES)
@@ -97,14 +92,6 @@ def ask(proxy: str, stream: bool) -> tuple[dict[str, str], str]:
     return said, response.headers.get("x-streamfix-repairs", "")
 
 
-def first_answer(stream: bool) -> dict[str, str]:
-    """A stream's reasoning outgrows the hold and goes out as content; a whole answer arrives
-    whole, so the hold sees its `</think>` and splits it at no cost in latency."""
-    if stream:
-        return {"content": TEXT, "reasoning_content": ""}
-    return {"content": ANSWER, "reasoning_content": REASONING}
-
-
 def wait_learned(proxy: str) -> None:
     """The first exchange remembers at its end: after the client read it, so wait for it."""
     for _ in range(100):
@@ -119,7 +106,7 @@ def wait_learned(proxy: str) -> None:
 def test_an_unopened_close_is_learned_and_the_next_answer_is_split(stream: bool) -> None:
     with proxied() as proxy:
         first, repairs = ask(proxy, stream)
-        assert first == first_answer(stream)
+        assert first == {"content": TEXT, "reasoning_content": ""}
         if not stream:  # a stream's header leaves before its counts
             assert "reasoning_close_unopened" in repairs
         wait_learned(proxy)
@@ -190,7 +177,7 @@ def test_the_fronts_learn_it_from_an_answer_too(front: str, stream: bool) -> Non
     """The fronts' runner ends an answer the way the chat door does: with what it taught."""
     with proxied() as proxy:
         first = ask_front(proxy, front, stream)
-        assert first == first_answer(stream)
+        assert first == {"content": TEXT, "reasoning_content": ""}
         wait_learned(proxy)
         second = ask_front(proxy, front, stream)
         assert second["reasoning_content"] == REASONING

@@ -95,30 +95,10 @@ _HARMONY_OPENERS: tuple[tuple[str, _Span], ...] = (
 _OPENERS: tuple[tuple[str, _Span], ...] = ((THINK_OPEN, _THINK), *_HARMONY_OPENERS)
 
 MAX_HELD = LEADING_WHITESPACE_LIMIT + max(len(opener) for opener, _ in _OPENERS)
-"""The most text (ASCII, so bytes) a splitter ever holds, unless it holds for an unopened
-close (below): 64. Waiting for an opener holds the leading whitespace and a prefix of the
-longest opener (`<|start|>assistant<|channel|>analysis<|message|>`, 48); inside a span only a
-prefix of a closing marker (10 at most, of `<|channel|>`) is held."""
-
-UNOPENED_CLOSE_HOLD = 128
-"""While nothing has said whether the chat template opens `<think>` (the route's key "auto",
-not learned yet), content that begins with no opener is held up to this many characters: a
-`</think>` in the text held so far makes the text before it reasoning, in the first answer
-already (a non-streamed answer arrives whole, so the hold sees all of it at no cost). The
-cost falls on a plain answer's first content, which waits for 128 characters (about 32
-tokens: a quarter to two thirds of a second at 50 to 120 tokens a second) or for the answer's
-end, whichever comes first, and is then released unchanged. Reasoning longer than this still
-reaches the client as content in that first answer, with its `</think>`, and teaches the key
-for the next one."""
-
-
-class _MaybeOpened:
-    """Content with no opener, while the template may have opened `<think>`: held until a
-    `</think>` shows it did, a `<think>` shows the answer is talking about tags, or
-    UNOPENED_CLOSE_HOLD characters show neither."""
-
-
-_MAYBE_OPENED = _MaybeOpened()
+"""The most text (ASCII, so bytes) a splitter ever holds: 64. Waiting for an opener holds the
+leading whitespace and a prefix of the longest opener
+(`<|start|>assistant<|channel|>analysis<|message|>`, 48); inside a span only a prefix of a
+closing marker (10 at most, of `<|channel|>`) is held."""
 
 
 class _Opening:
@@ -126,13 +106,11 @@ class _Opening:
 
     __slots__ = ("fallback", "openers")
 
-    def __init__(
-        self, openers: tuple[tuple[str, _Span], ...], fallback: _Span | _MaybeOpened | None
-    ) -> None:
+    def __init__(self, openers: tuple[tuple[str, _Span], ...], fallback: _Span | None) -> None:
         self.openers = openers
         self.fallback = fallback
-        """What the text is when no opener comes: a span (the template opened `<think>`), a
-        hold while that is unknown, or None for plain content."""
+        """What the text is when no opener comes: a span (the template opened `<think>`), or
+        None for plain content."""
 
 
 class _AfterThink:
@@ -157,16 +135,11 @@ class ReasoningSplitter:
     sign that the template opens the block, and that the route should say so.
     """
 
-    __slots__ = ("_held", "_state", "_tail", "unopened_close", "unopened_moved", "watching")
+    __slots__ = ("_held", "_state", "_tail", "unopened_close", "watching")
 
-    def __init__(self, opened_by_template: bool = False, hold_unopened: bool = False) -> None:
-        fallback: _Span | _MaybeOpened | None = None
-        if opened_by_template:
-            fallback = _THINK
-        elif hold_unopened:
-            fallback = _MAYBE_OPENED
-        self._state: _Opening | _Span | _AfterThink | _MaybeOpened | None = _Opening(
-            _OPENERS, fallback
+    def __init__(self, opened_by_template: bool = False) -> None:
+        self._state: _Opening | _Span | _AfterThink | None = _Opening(
+            _OPENERS, _THINK if opened_by_template else None
         )
         """None: plain content from here on."""
         self._held = ""
@@ -174,8 +147,6 @@ class ReasoningSplitter:
         self.watching = not opened_by_template
         """Still looking through plain content for a `</think>` no opener preceded."""
         self.unopened_close = False
-        self.unopened_moved = False
-        """The `</think>` came within the hold: the text before it went out as reasoning."""
 
     @property
     def plain(self) -> bool:
@@ -185,8 +156,7 @@ class ReasoningSplitter:
     @property
     def at_start(self) -> bool:
         """Nothing is decided yet: no text has gone out, to either side."""
-        state = self._state
-        return state is _MAYBE_OPENED or (isinstance(state, _Opening) and state.openers is _OPENERS)
+        return isinstance(self._state, _Opening) and self._state.openers is _OPENERS
 
     @property
     def held(self) -> int:
@@ -213,9 +183,6 @@ class ReasoningSplitter:
                 text = text.lstrip(WHITESPACE)
                 if text:
                     self._state = None
-                continue
-            if isinstance(state, _MaybeOpened):
-                text = self._maybe_opened(text, reasoning, content)
                 continue
             if isinstance(state, _Opening):
                 consumed = self._open(state, text)
@@ -269,29 +236,6 @@ class ReasoningSplitter:
             return True
         self._tail = text[_partial_marker(text, _THINK_TAGS) :]
         return False
-
-    def _maybe_opened(self, text: str, reasoning: list[str], content: list[str]) -> str:
-        """Decide the held text, or hold it; returns what follows a `</think>` found."""
-        close = text.find(THINK_CLOSE)
-        opener = text.find(THINK_OPEN)
-        if close != -1 and (opener == -1 or close < opener):
-            reasoning.append(text[:close])
-            self._state = _AFTER_THINK
-            self.watching = False
-            self.unopened_close = self.unopened_moved = True
-            return text[close + len(THINK_CLOSE) :]
-        if opener == -1 and len(text) < UNOPENED_CLOSE_HOLD:
-            self._held = text
-            return ""
-        # Plain content: released as it came, and watched as before (a tag cut at the end is
-        # remembered by the watch).
-        self._state = None
-        if opener != -1:
-            self.watching = False
-        else:
-            self.watch(text)
-        content.append(text)
-        return ""
 
     def _open(self, opening: _Opening, text: str) -> int | None:
         """How much of `text` the decision consumes, once it is made; None while undecided."""

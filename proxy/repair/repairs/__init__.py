@@ -154,8 +154,7 @@ def stream_links(
     rules = forwarded.rules
     links: list[Link] = []
     if rules.markup.text_reasoning:
-        unknown = "think_opened_by_template" in rules.learnable  # "auto", not learned yet
-        links.append(TextReasoningRepair(rules.markup, tally, hold_unopened=unknown))
+        links.append(TextReasoningRepair(rules.markup, tally))
     tools = forwarded.declared_tools if rules.markup.text_tool_calls and FAMILIES else None
     if tools is not None:
         links.append(

@@ -10,7 +10,7 @@ from proxy.repair.chunks import (
     new_chunk,
     without_empty_choices,
 )
-from proxy.repair.markup.reasoning import UNOPENED_CLOSE_HOLD, ReasoningSplitter
+from proxy.repair.markup.reasoning import ReasoningSplitter
 from proxy.repair.markup.rules import MarkupRules
 from proxy.repair.pipeline import Chunk, Link
 from proxy.repair.tally import Tally
@@ -38,17 +38,11 @@ class TextReasoningRepair(Link):
     its content, is left alone. Counted: `reasoning_from_text` once per choice whose reasoning
     moved, `reasoning_close_unopened` once per choice with a `</think>` nothing opened (the
     route should set `think_opened_by_template`). Built only for a route with `text_reasoning`.
-
-    With `hold_unopened` (the route leaves `think_opened_by_template` "auto" and has not learned
-    it), content that begins with no opener waits, up to UNOPENED_CLOSE_HOLD characters: a
-    `</think>` within them makes the text before it reasoning in this first answer too, not
-    content. A plain answer's text is only delayed, never changed.
     """
 
-    def __init__(self, markup: MarkupRules, tally: Tally, hold_unopened: bool = False) -> None:
+    def __init__(self, markup: MarkupRules, tally: Tally) -> None:
         self._tally = tally
         self._opened_by_template = markup.think_opened_by_template
-        self._hold_unopened = hold_unopened and not markup.think_opened_by_template
         self._fields = markup.reasoning_fields()
         self._splitters: dict[int, ReasoningSplitter] = {}
         self._moved: set[int] = set()
@@ -67,9 +61,7 @@ class TextReasoningRepair(Link):
                 index = choice_index(choice)  # the one reading of a strange index
             splitter = self._splitters.get(index)
             if splitter is None:
-                splitter = self._splitters[index] = ReasoningSplitter(
-                    self._opened_by_template, self._hold_unopened
-                )
+                splitter = self._splitters[index] = ReasoningSplitter(self._opened_by_template)
                 if not self._envelope:
                     self._envelope = envelope(chunk)
             delta = choice.get("delta")
@@ -116,7 +108,7 @@ class TextReasoningRepair(Link):
             already_unopened = splitter.unopened_close
             reasoning, text = splitter.feed(content)
             if splitter.unopened_close and not already_unopened:
-                self._unopened_close(index, splitter.unopened_moved)
+                self._unopened_close(index)
         if choice.get("finish_reason") is not None:
             # Released before the finish, in the finish chunk's own delta.
             held_reasoning, held_text = splitter.finish()
@@ -134,19 +126,8 @@ class TextReasoningRepair(Link):
         choice["delta"] = delta
         return True
 
-    def _unopened_close(self, index: int, moved: bool = False) -> None:
-        """An anomaly left as it is, and logged: an operator should set the route's key. Or,
-        within the hold of a route that has not learned the key yet, the text before the close
-        moved to reasoning: counted the same, for the key is learned from it."""
-        if moved:
-            self._tally.note(
-                "reasoning_close_unopened",
-                "choice %d: </think> with no <think> before it, within the first %d "
-                "characters: the text before it is reasoning (the chat template opens the block)",
-                index,
-                UNOPENED_CLOSE_HOLD,
-            )
-            return
+    def _unopened_close(self, index: int) -> None:
+        """An anomaly left as it is, and logged: an operator should set the route's key."""
         self._tally.note(
             "reasoning_close_unopened",
             "choice %d: </think> with no <think> before it, left as content; if the chat "

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from proxy.repair.markup.reasoning import MAX_HELD, UNOPENED_CLOSE_HOLD, ReasoningSplitter
+from proxy.repair.markup.reasoning import MAX_HELD, ReasoningSplitter
 
 COMMENTARY = (
     "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
@@ -254,39 +254,3 @@ def test_give_up_releases_what_was_held_as_content() -> None:
     assert splitter.feed("  <thi") == ("", "")
     assert splitter.give_up() == "  <thi"
     assert splitter.plain and splitter.feed("<think>x") == ("", "<think>x")
-
-
-def test_the_hold_moves_a_close_within_it_to_reasoning_at_any_cut() -> None:
-    text = "The user asks.</think>\n\nIt is sunny."
-    for pieces in cuts(text):
-        splitter = ReasoningSplitter(hold_unopened=True)
-        reasoning, content = "", ""
-        for piece in pieces:
-            more_reasoning, more_content = splitter.feed(piece)
-            reasoning, content = reasoning + more_reasoning, content + more_content
-            assert splitter.held <= UNOPENED_CLOSE_HOLD
-        last_reasoning, last_content = splitter.finish()
-        assert (reasoning + last_reasoning, content + last_content) == (
-            "The user asks.",
-            "It is sunny.",
-        )
-        assert splitter.unopened_close and splitter.unopened_moved
-
-
-def test_the_hold_releases_plain_text_unchanged_once_past_its_bound() -> None:
-    text = "word " * 40 + "then </think> later"
-    splitter = ReasoningSplitter(hold_unopened=True)
-    released = [splitter.feed(text[i : i + 7]) for i in range(0, len(text), 7)]
-    released.append(splitter.finish())
-    assert "".join(reasoning for reasoning, _ in released) == ""
-    assert "".join(content for _, content in released) == text
-    # Past the bound it is the watch's as before: left as content, noted.
-    assert splitter.unopened_close and not splitter.unopened_moved
-    assert splitter.held == 0
-
-
-def test_the_hold_gives_a_short_plain_answer_back_whole_at_its_end() -> None:
-    splitter = ReasoningSplitter(hold_unopened=True)
-    assert splitter.feed("Sunny.") == ("", "")
-    assert splitter.at_start
-    assert splitter.finish() == ("", "Sunny.")
