@@ -141,6 +141,23 @@ def kimi_tool_content(body: dict[str, Any], raw: bytes) -> Rejection | None:
     return None
 
 
+KIMI_ID = re.compile(r"functions\.[A-Za-z0-9_.-]+:\d+")
+
+
+def kimi_ids(body: dict[str, Any], raw: bytes) -> Rejection | None:
+    """A Kimi K2 server (exo, MLX): the chat template renders each history id verbatim and
+    names the function only through it; an id outside `functions.NAME:N` makes the model write
+    ids of the wrong shape, its tool-call parser rejects them, and the non-streaming answer is
+    a bare 500 whose body is not JSON (exo#2281)."""
+    for message in body.get("messages", []):
+        ids = [call.get("id") for call in message.get("tool_calls") or []]
+        if message.get("role") == "tool":
+            ids.append(message.get("tool_call_id"))
+        if any(not isinstance(one, str) or not KIMI_ID.fullmatch(one) for one in ids):
+            return 500, "text/plain; charset=utf-8", b"Internal Server Error"
+    return None
+
+
 def lmstudio_content(body: dict[str, Any], raw: bytes) -> Rejection | None:
     """LM Studio: a null content beside tool calls (lmstudio#261)."""
     for message in body.get("messages", []):

@@ -6,15 +6,13 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from proxy.repair.calls.ids import generated_call_id, id_digest
+from proxy.repair.calls.ids import generated_call_id, id_digest, next_numbered_id
 from proxy.repair.chunks import choice_index, choices_of
 from proxy.repair.forwarded import Forwarded
 from proxy.repair.pipeline import Chunk, Link
 from proxy.repair.tally import Tally
 from proxy.wire.json_shapes import objects_in
 
-# Kimi's shape: `functions.NAME:N`, N counting the calls of one round.
-_NUMBERED = re.compile(r"functions\.(?P<name>[A-Za-z0-9_.-]+):(?P<n>\d+)")
 _VALID_ID = re.compile(r"[A-Za-z0-9_.:-]{1,40}")
 _NINE_ALNUM = re.compile(r"[A-Za-z0-9]{9}")
 
@@ -63,13 +61,10 @@ class ReusedCallIdRepair(Link):
         return True
 
     def _fresh(self, original: str, where: tuple[int, int], taken: set[str]) -> str:
-        match = _NUMBERED.fullmatch(original)
-        if match:
-            numbers = [int(m["n"]) for m in map(_NUMBERED.fullmatch, taken) if m]
-            candidate = f"functions.{match['name']}:{max(numbers, default=-1) + 1}"
-            if _VALID_ID.fullmatch(candidate) and candidate not in taken:
-                taken.add(candidate)
-                return candidate
+        numbered = next_numbered_id(original, taken)
+        if numbered and _VALID_ID.fullmatch(numbered) and numbered not in taken:
+            taken.add(numbered)
+            return numbered
         # Mistral's servers take only ids of exactly nine alphanumerics: a nine-alphanumeric id
         # is renamed to another (hex digits are alphanumerics), any other to call_<24 hex>.
         nine = _NINE_ALNUM.fullmatch(original) is not None

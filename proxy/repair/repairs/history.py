@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from proxy.repair.calls.ids import generated_call_id
+from proxy.repair.calls.ids import generated_call_id, next_numbered_id
 from proxy.repair.request_phase import RequestContext, RequestRepair
 from proxy.repair.tally import Tally
 from proxy.wire.json_shapes import objects_in
@@ -21,7 +21,8 @@ class HistoryRepair(RequestRepair):
     assistant message with tool calls and the tool messages after it) this drops results that
     answer no call of the block and second copies of a result, gives an unanswered call a
     short placeholder result, and renames later duplicate ids inside one message together
-    with their results. A valid history is not touched (its bytes go upstream as sent).
+    with their results (a Kimi `functions.NAME:N` id keeps its shape, see `_fresh_id`). A valid
+    history is not touched (its bytes go upstream as sent).
     """
 
     async def apply(self, body: dict[str, Any], context: RequestContext) -> bool:
@@ -43,8 +44,10 @@ class _Healing:
         self._tally = tally
         self.changes = 0
         self._ids_used: set[str] = set()  # by earlier blocks of this request
+        self._ids_in_conversation: set[str] = set()  # every id the request holds, as sent
 
     def heal(self, messages: list[Any]) -> list[Any]:
+        self._ids_in_conversation = set(_ids_in(messages))
         out: list[Any] = []
         position = 0
         while position < len(messages):
@@ -116,6 +119,14 @@ class _Healing:
         return pairs
 
     def _fresh_id(self, original: str) -> str:
+        """Kimi's `functions.NAME:N` keeps its shape, with an N no id of the conversation has:
+        the wire shows the shape, and Kimi's template reads the function's name from it. Any
+        other id becomes `call_<24 hex>`."""
+        taken = self._ids_in_conversation | self._ids_used
+        numbered = next_numbered_id(original, taken)
+        if numbered is not None and numbered not in taken:
+            self._ids_used.add(numbered)
+            return numbered
         attempt = 0
         while (candidate := generated_call_id("duplicate", original, attempt)) in self._ids_used:
             attempt += 1
@@ -131,3 +142,12 @@ def _calls(message: Any) -> list[dict[str, Any]]:
     if not isinstance(message, dict) or message.get("role") != "assistant":
         return []
     return [c for c in objects_in(message.get("tool_calls")) if isinstance(c.get("id"), str)]
+
+
+def _ids_in(messages: list[Any]) -> list[str]:
+    ids = [c["id"] for message in messages for c in _calls(message)]
+    return ids + [
+        m["tool_call_id"]
+        for m in messages
+        if _is_tool_result(m) and isinstance(m.get("tool_call_id"), str)
+    ]

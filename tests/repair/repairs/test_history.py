@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -158,3 +159,33 @@ def test_results_of_an_untouched_block_keep_their_order() -> None:
     healed, changed, _ = heal(history)
     assert changed
     assert healed[2:4] == [result("b"), result("a")]
+
+
+def test_a_duplicate_kimi_id_keeps_its_shape_with_an_n_the_conversation_does_not_use() -> None:
+    history = [
+        USER,
+        assistant("functions.get_weather:0"),
+        result("functions.get_weather:0", "sunny"),
+        assistant("functions.get_weather:0", "functions.get_weather:0"),
+        result("functions.get_weather:0", "rainy"),
+        result("functions.get_weather:0", "windy"),
+        assistant("functions.read_file:3"),
+        result("functions.read_file:3"),
+    ]
+    healed, changed, tally = heal(history)
+    assert changed
+    assert tally.repairs == {"history_duplicate_id_renamed": 2}
+    # One past the highest N anywhere in the conversation, later blocks included.
+    assert healed[3]["tool_calls"][0]["id"] == "functions.get_weather:4"
+    assert healed[3]["tool_calls"][1]["id"] == "functions.get_weather:5"
+    assert healed[4] == result("functions.get_weather:4", "rainy")
+    assert healed[5] == result("functions.get_weather:5", "windy")
+    assert healed[6:] == history[6:]
+
+
+def test_an_id_of_another_shape_still_becomes_call_hex() -> None:
+    history = [USER, assistant("toolu_01", "toolu_01"), result("toolu_01"), result("toolu_01")]
+    healed, _, _ = heal(history)
+    renamed = healed[1]["tool_calls"][1]["id"]
+    assert re.fullmatch(r"call_[0-9a-f]{24}", renamed)
+    assert healed[3] == result(renamed)
