@@ -29,9 +29,10 @@ PLAN = tool(
         "options": {"type": "object", "properties": {"rail": {"type": "boolean"}}},
     },
 )
+CLOCK = tool("get_time", {})
 REQUEST = {
     "messages": [{"role": "user", "content": "weather?"}],
-    "tools": [WEATHER, FORECAST, PLAN],
+    "tools": [WEATHER, FORECAST, PLAN, CLOCK],
 }
 PARIS = ("get_weather", {"city": "Paris"})
 
@@ -112,6 +113,11 @@ SAMPLES: dict[str, tuple[str, list[tuple[str, dict]]]] = {
         "<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>",
         [TOKYO],
     ),
+    # GLM-4.7 / 5.x call a tool without parameters by its name alone, inline or with the
+    # template's newline: vLLM's glm47 parser once crashed on it and its streaming parser dropped
+    # it (vllm#32213, #32321, #44326), SGLang's glm47 detector missed the newline form (#15405).
+    "glm5_zero_args": ("<tool_call>get_time</tool_call>", [("get_time", {})]),
+    "glm5_zero_args_newline": ("<tool_call>get_time\n</tool_call>", [("get_time", {})]),
     "kimi_k2": (
         "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
         '<|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|>'
