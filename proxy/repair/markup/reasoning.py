@@ -20,6 +20,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from proxy.repair.markup.families.tags import Glm
+from proxy.repair.markup.spans import MarkupFamily
+
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
 _THINK_TAGS = (THINK_OPEN, THINK_CLOSE)
@@ -52,13 +55,26 @@ class _Span:
     tool-call recogniser reads)."""
     keeps_opener: bool = False
     """The opener goes out as text too (a harmony call's header, for the recogniser)."""
+    calls: tuple[tuple[str, MarkupFamily], ...] = ()
+    """Openers of a call that ends the span where it begins, once the family reads its name
+    there: the call and what follows are content, for the recogniser."""
 
     @property
     def markers(self) -> tuple[str, ...]:
-        return self.closers + self.stops + self.ends
+        return self.closers + self.stops + self.ends + tuple(opener for opener, _ in self.calls)
 
 
-_THINK = _Span(reasoning=True, closers=(THINK_CLOSE,))
+CALL_NAME_WITHIN = 96
+"""A call opener inside reasoning is held at most this long (opener, a 64-character tool name and
+what follows it) while its family cannot yet say whether it is a call; then it is reasoning."""
+
+
+# GLM-4.7 / 5.x go from thinking straight into a call, without `</think>`: vLLM's GLM-4.7
+# parser reads `<tool_call>` as the end of the reasoning (vllm#56635, "an implicit reasoning
+# terminator"). Only GLM's form ends it (a name, then `<arg_key>` or `</tool_call>`, as
+# `Glm.name` reads it): a Hermes `<tool_call>{…}` written while thinking stays reasoning, as
+# every other family's reasoning parser leaves it.
+_THINK = _Span(reasoning=True, closers=(THINK_CLOSE,), calls=(("<tool_call>", Glm()),))
 # A harmony message ends with `<|end|>` (`<|return|>` for the final one). A next header that
 # begins without it ends the message too: otherwise a lost `<|end|>` would make the whole answer
 # reasoning.
@@ -94,11 +110,13 @@ _HARMONY_OPENERS: tuple[tuple[str, _Span], ...] = (
 )
 _OPENERS: tuple[tuple[str, _Span], ...] = ((THINK_OPEN, _THINK), *_HARMONY_OPENERS)
 
-MAX_HELD = LEADING_WHITESPACE_LIMIT + max(len(opener) for opener, _ in _OPENERS)
-"""The most text (ASCII, so bytes) a splitter ever holds: 64. Waiting for an opener holds the
-leading whitespace and a prefix of the longest opener
-(`<|start|>assistant<|channel|>analysis<|message|>`, 48); inside a span only a prefix of a
-closing marker (10 at most, of `<|channel|>`) is held."""
+MAX_HELD = max(
+    LEADING_WHITESPACE_LIMIT + max(len(opener) for opener, _ in _OPENERS), CALL_NAME_WITHIN
+)
+"""The most text a splitter ever holds: 96. Waiting for an opener holds the leading whitespace
+and a prefix of the longest opener (`<|start|>assistant<|channel|>analysis<|message|>`, 48);
+inside a span a prefix of a closing marker (11 at most), or a call opener whose family has not
+decided yet (`CALL_NAME_WITHIN`)."""
 
 
 class _Opening:
@@ -274,6 +292,22 @@ class ReasoningSplitter:
                 out.append(text[:cut])
             self._held = text[cut:]
             return ""
+        family = dict(span.calls).get(found)
+        if family is not None:
+            named = family.name(text[end:], found)
+            if named is None and len(text) - end <= CALL_NAME_WITHIN:
+                if end:
+                    out.append(text[:end])
+                self._held = text[end:]
+                return ""
+            if not isinstance(named, str):
+                out.append(text[: end + len(found)])  # not the family's call: reasoning
+                return text[end + len(found) :]
+            if end:
+                out.append(text[:end])
+            self._state = None  # the call ends the reasoning; it and the rest are content
+            self.watching = False
+            return text[end:]
         if found in span.ends:
             end += len(found)  # the marker goes out with the span's text
         if end:

@@ -22,7 +22,18 @@ def tool(name: str, properties: dict) -> dict:
 
 WEATHER = tool("get_weather", {"city": {"type": "string"}})
 FORECAST = tool("get_forecast", {"city": {"type": "string"}, "days": {"type": "integer"}})
-REQUEST = {"messages": [{"role": "user", "content": "weather?"}], "tools": [WEATHER, FORECAST]}
+PLAN = tool(
+    "plan_trip",
+    {
+        "stops": {"type": "array", "items": {"type": "string"}},
+        "options": {"type": "object", "properties": {"rail": {"type": "boolean"}}},
+    },
+)
+CLOCK = tool("get_time", {})
+REQUEST = {
+    "messages": [{"role": "user", "content": "weather?"}],
+    "tools": [WEATHER, FORECAST, PLAN, CLOCK],
+}
 PARIS = ("get_weather", {"city": "Paris"})
 
 
@@ -60,11 +71,53 @@ SAMPLES: dict[str, tuple[str, list[tuple[str, dict]]]] = {
         "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
         [TOKYO],
     ),
+    # Qwen3.5 / 3.6 write Qwen3-Coder's XML, and leak it as text through servers whose parser
+    # misses it streamed (Rapid-MLX's qwen3_coder on Qwen3.5-9B and Qwen3.6-35B-A3B, LM Studio,
+    # Ollama before its qwen3.5 parser). The variants below are the ones vLLM's
+    # qwen3coder_tool_parser and SGLang's qwen3_coder_detector tests read: parallel blocks, the
+    # tags without the template's newlines, no `<tool_call>` wrapper, parameters left unclosed
+    # (read up to the next parameter or `</function>`), JSON values read by the schema's types.
+    "qwen35_parallel": (
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+        "</function>\n</tool_call>\n<tool_call>\n<function=get_forecast>\n<parameter=city>\n"
+        "Tokyo\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
+        [PARIS, TOKYO],
+    ),
+    "qwen35_compact": (
+        "<tool_call><function=get_forecast><parameter=city>Tokyo</parameter>"
+        "<parameter=days>3</parameter></function></tool_call>",
+        [TOKYO],
+    ),
+    "qwen35_no_wrapper": (
+        "<function=get_forecast>\n<parameter=city>\nTokyo\n</parameter>\n<parameter=days>\n3\n"
+        "</parameter>\n</function>",
+        [TOKYO],
+    ),
+    "qwen35_no_wrapper_closed": (
+        "<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>",
+        [PARIS],
+    ),
+    "qwen35_unclosed_parameters": (
+        "<tool_call>\n<function=get_forecast>\n<parameter=city>\nTokyo\n<parameter=days>\n3\n"
+        "</function>\n</tool_call>",
+        [TOKYO],
+    ),
+    "qwen35_json_values": (
+        '<tool_call>\n<function=plan_trip>\n<parameter=stops>\n["Paris", "Lyon"]\n'
+        '</parameter>\n<parameter=options>\n{"rail": true}\n</parameter>\n</function>\n'
+        "</tool_call>",
+        [("plan_trip", {"stops": ["Paris", "Lyon"], "options": {"rail": True}})],
+    ),
     "glm4_moe": (
         "<tool_call>get_forecast\n<arg_key>city</arg_key>\n<arg_value>Tokyo</arg_value>\n"
         "<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>",
         [TOKYO],
     ),
+    # GLM-4.7 / 5.x call a tool without parameters by its name alone, inline or with the
+    # template's newline: vLLM's glm47 parser once crashed on it and its streaming parser dropped
+    # it (vllm#32213, #32321, #44326), SGLang's glm47 detector missed the newline form (#15405).
+    "glm5_zero_args": ("<tool_call>get_time</tool_call>", [("get_time", {})]),
+    "glm5_zero_args_newline": ("<tool_call>get_time\n</tool_call>", [("get_time", {})]),
     "kimi_k2": (
         "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
         '<|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|>'
@@ -184,3 +237,32 @@ def test_kimi_keeps_the_ids_the_model_wrote() -> None:
     )
     ids = [call["id"] for call in assembled_calls(body)[0]]
     assert ids == ["functions.get_weather:0", "functions.get_forecast:1"]
+
+
+QWEN35_OPEN_LAST_BLOCK = (
+    "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n"
+)
+
+
+def test_a_qwen35_last_block_left_open_at_the_end_is_a_call() -> None:
+    """Qwen3.5 / 3.6 leave the last block without `</tool_call>` when the answer ends there:
+    vLLM's qwen3coder_tool_parser reads it (`<tool_call>(.*?)</tool_call>|<tool_call>(.*?)$`)."""
+    answer = "Let me look.\n" + QWEN35_OPEN_LAST_BLOCK
+    for width in (1, 3, 8, len(answer)):
+        pieces = [answer[i : i + width] for i in range(0, len(answer), width)]
+        chunks = [{"choices": [{"index": 0, "delta": {"content": p}}]} for p in pieces]
+        finish = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+        body = repair_stream(sse(*chunks, finish, "[DONE]"), REQUEST)
+        calls = [(c["name"], orjson.loads(c["arguments"])) for c in assembled_calls(body)[0]]
+        assert calls == [PARIS], width
+        assert finish_reasons(body) == {0: ["tool_calls"]}
+        assert content(body) == {0: "Let me look.\n"}
+    message = {"role": "assistant", "content": answer}
+    body = {"id": "x", "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
+    asyncio.run(phases().stream(forwarded(REQUEST), Tally("t")).on_response(body))
+    choice = body["choices"][0]
+    assert [c["function"]["name"] for c in choice["message"]["tool_calls"]] == ["get_weather"]
+    assert (choice["finish_reason"], choice["message"]["content"]) == (
+        "tool_calls",
+        "Let me look.\n",
+    )

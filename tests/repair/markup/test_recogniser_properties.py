@@ -535,7 +535,8 @@ def test_a_named_span_past_the_bound_is_released_a_byte_at_a_time() -> None:
 # ── safety ────────────────────────────────────────────────────────────────────────────────
 
 
-@pytest.mark.parametrize("name", sorted(set(SAMPLES) - {"hermes"}))
+# Samples of several spans (Hermes' and Qwen3.5's blocks) deliver the calls closed before a cut.
+@pytest.mark.parametrize("name", sorted(set(SAMPLES) - {"hermes", "qwen35_parallel"}))
 def test_a_span_cut_by_length_anywhere_is_never_a_call(name: str) -> None:
     """Every proper prefix of one span, ended by a length cut: the text exactly, no call."""
     markup = SAMPLES[name][0]

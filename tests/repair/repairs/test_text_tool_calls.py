@@ -161,3 +161,29 @@ def test_harmony_leaking_whole_gives_reasoning_and_a_call() -> None:
         assert reasoning(body) == {0: "Need the weather."}
         assert content(body).get(0, "") == ""
         assert finish_reasons(body) == {0: ["tool_calls"]}
+
+
+GLM_CALL = "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value></tool_call>"
+
+
+def test_a_glm_call_that_ends_the_thinking_without_its_close_is_a_call() -> None:
+    """GLM-5 goes from thinking into a call with no `</think>`; vLLM's GLM parser reads the
+    `<tool_call>` as the end of the reasoning. Before, all of it stayed reasoning."""
+    answer = f"<think>Need the weather.\n{GLM_CALL}"
+    for width in (1, 3, 8, len(answer)):
+        body = repair_stream(markup_stream(answer, width=width), REQUEST)
+        [call] = assembled_calls(body)[0]
+        assert call["name"] == "get_weather" and orjson.loads(call["arguments"]) == {
+            "city": "Paris"
+        }
+        assert reasoning(body) == {0: "Need the weather.\n"}, width
+        assert content(body).get(0, "") == ""
+        assert finish_reasons(body) == {0: ["tool_calls"]}
+
+
+def test_a_glm_opener_that_is_not_a_call_stays_in_the_reasoning() -> None:
+    answer = "<think>The <tool_call> tag, then.</think>It is sunny."
+    for width in (1, 3, 8, len(answer)):
+        body = repair_stream(markup_stream(answer, width=width), REQUEST)
+        assert reasoning(body) == {0: "The <tool_call> tag, then."}
+        assert content(body) == {0: "It is sunny."}
