@@ -16,12 +16,18 @@ def text_of(content: Any) -> str | None:
         return content
     if not isinstance(content, list) or not content:
         return None
+    texts = texts_of(content)
+    return PART_SEPARATOR.join(texts) if texts is not None else None
+
+
+def texts_of(parts: list[Any]) -> list[str] | None:
+    """Each part's text, when every part is a text part; None when any is anything else."""
     texts: list[str] = []
-    for part in content:
+    for part in parts:
         if not isinstance(part, dict) or part.get("type") != "text":
             return None
         text = part.get("text")
         if not isinstance(text, str):
             return None
         texts.append(text)
-    return PART_SEPARATOR.join(texts)
+    return texts

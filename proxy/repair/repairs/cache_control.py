@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from proxy.repair.messages.text_parts import texts_of
 from proxy.repair.request_phase import RequestContext, RequestRepair
 from proxy.wire.json_shapes import objects_in
 
@@ -144,14 +145,9 @@ def _unmarked(holder: dict[str, Any]) -> int:
 
 
 def _as_string(role: Any, content: list[Any]) -> str | None:
-    texts: list[str] = []
-    for part in content:
-        if not isinstance(part, dict) or part.get("type") != "text":
-            return None
-        text = part.get("text")
-        if not isinstance(text, str):
-            return None
-        texts.append(text)
+    texts = texts_of(content)
+    if texts is None:
+        return None
     if role in _SYSTEM_ROLES:
         return SYSTEM_SEPARATOR.join(texts)
     if role == "user" and len(texts) == 1:

@@ -109,7 +109,7 @@ class MessagesDoor(TranslatedDoor[Translated, message_events.MessageEvents]):
         as sent, at what this upstream and model's answers taught (learning/token_ratios.py)."""
         ratio = record.tokens or GUESSED
         estimate = ratio.estimate(record.sent_bytes or 0)
-        return TranslatedRendering(self.translator(front, body, arrival, estimate))
+        return self.rendered(self.translator(front, body, arrival, estimate), record)
 
     def whole_body(
         self,

@@ -102,8 +102,12 @@ class TranslatedDoor(Door[F, TranslatedRendering[T]], Generic[F, T]):
     def rendering(
         self, front: F, body: dict[str, Any], arrival: Arrival, record: ExchangeRecord
     ) -> TranslatedRendering[T]:
-        debug = record.tally if record.debug else None
-        return TranslatedRendering(self.translator(front, body, arrival), debug)
+        return self.rendered(self.translator(front, body, arrival), record)
+
+    def rendered(self, translator: T, record: ExchangeRecord) -> TranslatedRendering[T]:
+        """The translator as the exchange's rendering: with the stream's repairs in a comment
+        before the terminal events when the client asked for them (`x-streamfix-debug: 1`)."""
+        return TranslatedRendering(translator, record.tally if record.debug else None)
 
     @abstractmethod
     def whole_body(self, front: F, translator: T, completion: dict[str, Any]) -> tuple[bytes, str]:
