@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +51,8 @@ from proxy.wire import json_codec
 logger = logging.getLogger(__name__)
 
 MAX_WAITING = 4
+_NAMES_KEPT = re.compile(rb'"(?:response\.created|response\.output_item\.done)"')
+"""The events whose content the socket keeps (the response's id, its output items)."""
 """Messages that may wait for the running response to end. Codex waits for
 `response.completed` before its next `response.create` (its `response.processed` may come
 between), so a client past this is not Codex: after the running response it gets an error
@@ -236,11 +239,13 @@ class DoorSocket:
                 data = sse_data(block)
                 if data is None:
                     continue
-                event = _event_of(data)
-                if event.get("type") == "response.created":
-                    created = (event.get("response") or {}).get("id")
-                elif event.get("type") == "response.output_item.done":
-                    output.append(event.get("item"))
+                # Only the two events this socket keeps are read: every other goes on unread.
+                if _NAMES_KEPT.search(data) is not None:
+                    event = _event_of(data)
+                    if event.get("type") == "response.created":
+                        created = (event.get("response") or {}).get("id")
+                    elif event.get("type") == "response.output_item.done":
+                        output.append(event.get("item"))
                 await self.websocket.send_text(data.decode("utf-8", "replace"))
 
         await response(self._exchange(b"").scope, self._disconnect_receiver(), send)
